@@ -1,0 +1,46 @@
+# Sluice: `make run` starts a simulated fleet behind Sluice; `make test` checks everything.
+GO      ?= go
+BIN     := bin
+PKGS    := ./...
+
+.PHONY: all build run test test-short lint fmt bench fuzz clean
+
+all: build
+
+## build: compile bin/sluice, bin/gpuworker and bin/sluice-bench
+build:
+	$(GO) build -o $(BIN)/ ./cmd/sluice ./cmd/gpuworker ./cmd/sluice-bench
+
+## run: start 4 simulated GPU workers (2 fast H100, 2 slow L4) and Sluice on 127.0.0.1:8080; Ctrl-C stops all
+run: build
+	./deploy/demo.sh
+
+## test: lint, then every test with the race detector
+test: lint
+	$(GO) test -race -count=1 $(PKGS)
+
+## test-short: tests without the race detector (quicker while editing)
+test-short:
+	$(GO) test -count=1 $(PKGS)
+
+## lint: gofmt, go vet and staticcheck must all be clean
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	 if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## bench: Go benchmarks of the hot path (policy picks, parsing, engine)
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+## fuzz: a short run of each fuzz target
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzParseInference -fuzztime=20s ./router
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=20s ./configs
+
+clean:
+	rm -rf $(BIN)

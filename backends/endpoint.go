@@ -1,0 +1,109 @@
+package backends
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Endpoint is one backend server as this router replica sees it. It must not
+// be copied: every field that changes is an atomic read on the hot path.
+type Endpoint struct {
+	url    *url.URL
+	addr   string
+	weight int
+
+	inFlight atomic.Int64
+	requests atomic.Uint64
+	failures atomic.Uint64
+	// downUntil is the Unix-nanosecond time until which the endpoint is held
+	// out of routing after a failure to connect; 0 means available.
+	downUntil atomic.Int64
+}
+
+// NewEndpoint parses rawURL (an http or https base URL, no query) and returns
+// an endpoint with the given relative weight (values below 1 become 1).
+func NewEndpoint(rawURL string, weight int) (*Endpoint, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("backend url %q: %w", rawURL, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("backend url %q: want http(s)://host[:port][/path]", rawURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	if weight < 1 {
+		weight = 1
+	}
+	return &Endpoint{url: u, addr: u.String(), weight: weight}, nil
+}
+
+// URL is the endpoint's base URL. Callers must not modify it.
+func (e *Endpoint) URL() *url.URL { return e.url }
+
+// Address is the base URL as a string; it identifies the endpoint in logs,
+// metrics and across reloads.
+func (e *Endpoint) Address() string { return e.addr }
+
+// Weight is the endpoint's relative share for weighted policies.
+func (e *Endpoint) Weight() int { return e.weight }
+
+// InFlight is the number of requests this replica has open to the endpoint.
+func (e *Endpoint) InFlight() int64 { return e.inFlight.Load() }
+
+// Requests is the number of attempts this replica has sent to the endpoint.
+func (e *Endpoint) Requests() uint64 { return e.requests.Load() }
+
+// Failures is the number of attempts that failed before a response arrived.
+func (e *Endpoint) Failures() uint64 { return e.failures.Load() }
+
+// Begin records the start of an attempt. Every Begin is paired with one End,
+// usually deferred.
+func (e *Endpoint) Begin() {
+	e.inFlight.Add(1)
+	e.requests.Add(1)
+}
+
+// End records the end of an attempt begun with Begin.
+func (e *Endpoint) End() { e.inFlight.Add(-1) }
+
+// Available reports whether the endpoint may be routed to at now.
+func (e *Endpoint) Available(now time.Time) bool {
+	d := e.downUntil.Load()
+	return d == 0 || now.UnixNano() >= d
+}
+
+// AvailableAt is when a held-out endpoint returns to routing (zero if it is
+// available now).
+func (e *Endpoint) AvailableAt() time.Time {
+	d := e.downUntil.Load()
+	if d == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, d)
+}
+
+// MarkFailed records a failure to reach the endpoint and holds it out of
+// routing until now+cooldown. It reports whether this call took the endpoint
+// out (so a log line or metric fires once per transition).
+func (e *Endpoint) MarkFailed(now time.Time, cooldown time.Duration) bool {
+	e.failures.Add(1)
+	until := now.Add(cooldown).UnixNano()
+	for {
+		old := e.downUntil.Load()
+		if old >= until {
+			return false
+		}
+		if e.downUntil.CompareAndSwap(old, until) {
+			return old == 0 || now.UnixNano() >= old
+		}
+	}
+}
+
+// MarkHealthy returns the endpoint to routing. It reports whether the
+// endpoint was held out before.
+func (e *Endpoint) MarkHealthy() bool {
+	return e.downUntil.Swap(0) != 0
+}

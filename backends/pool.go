@@ -1,0 +1,77 @@
+package backends
+
+import (
+	"errors"
+	"time"
+)
+
+// Pool is the set of endpoints that serve one model. It is immutable once
+// built; its endpoints' counters change, the membership does not.
+type Pool struct {
+	model     string
+	endpoints []*Endpoint
+}
+
+// NewPool returns a pool for model over endpoints (copied).
+func NewPool(model string, endpoints []*Endpoint) (*Pool, error) {
+	if model == "" {
+		return nil, errors.New("pool: empty model name")
+	}
+	if len(endpoints) == 0 {
+		return nil, errors.New("pool " + model + ": no endpoints")
+	}
+	eps := make([]*Endpoint, len(endpoints))
+	copy(eps, endpoints)
+	return &Pool{model: model, endpoints: eps}, nil
+}
+
+// Model is the model name the pool serves.
+func (p *Pool) Model() string { return p.model }
+
+// Endpoints returns the pool's endpoints. The slice is shared: callers must
+// not modify it.
+func (p *Pool) Endpoints() []*Endpoint { return p.endpoints }
+
+// Available appends to dst the endpoints that may be routed to at now and
+// returns it. When every endpoint is available it returns the pool's own
+// slice without copying, so the common case allocates nothing.
+func (p *Pool) Available(dst []*Endpoint, now time.Time) []*Endpoint {
+	all := true
+	for _, e := range p.endpoints {
+		if !e.Available(now) {
+			all = false
+			break
+		}
+	}
+	if all {
+		return p.endpoints
+	}
+	for _, e := range p.endpoints {
+		if e.Available(now) {
+			dst = append(dst, e)
+		}
+	}
+	return dst
+}
+
+// Registry keeps one Endpoint per address across reloads, so an endpoint's
+// counters and health survive a config change that keeps it.
+type Registry struct {
+	byAddr map[string]*Endpoint
+}
+
+// NewRegistry returns an empty endpoint registry.
+func NewRegistry() *Registry { return &Registry{byAddr: map[string]*Endpoint{}} }
+
+// Get returns the endpoint for rawURL, creating it on first use.
+func (r *Registry) Get(rawURL string, weight int) (*Endpoint, error) {
+	e, err := NewEndpoint(rawURL, weight)
+	if err != nil {
+		return nil, err
+	}
+	if old, ok := r.byAddr[e.Address()]; ok && old.weight == e.weight {
+		return old, nil
+	}
+	r.byAddr[e.Address()] = e
+	return e, nil
+}

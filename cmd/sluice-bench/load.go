@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sluice-llm/sluice/cmd/sluice-bench/loadgen"
+	"github.com/sluice-llm/sluice/gpuworker/workload"
+)
+
+// Defaults of the synthetic workload.
+const (
+	defaultDuration   = 60 * time.Second
+	defaultPromptMean = 512
+	defaultOutputMean = 128
+)
+
+// loadFlags holds the parsed flags of "sluice-bench load".
+type loadFlags struct {
+	target, model         string
+	rate                  float64
+	duration              time.Duration
+	concurrency           int
+	stream                bool
+	jsonOut               string
+	trace, traceFormat    string
+	requests              int
+	seed                  uint64
+	promptMean, promptSD  float64
+	promptMax             int
+	outputMean, outputSD  float64
+	outputMax, maxContext int
+	timeout               time.Duration
+	quiet                 bool
+}
+
+func newLoadFlagSet(f *loadFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice-bench load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: sluice-bench load --target URL --model M --rate R [--duration D] [flags]
+       sluice-bench load --target URL --model M --trace FILE [--rate R] [flags]
+
+Sends POST {target}/v1/completions requests open-loop (each at its arrival
+time, whether or not earlier ones finished), with a prompt of token ids,
+max_tokens and ignore_eos, and prints vLLM benchmark_serving metrics.
+Without --trace the workload is synthetic: Poisson arrivals at --rate and
+log-normal prompt and output lengths. Interrupt (Ctrl-C) stops the run and
+reports what completed.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.target, "target", "", "base `URL` of the endpoint, e.g. http://127.0.0.1:8000 (required)")
+	fs.StringVar(&f.model, "model", "", "model `name` to request (required)")
+	fs.Float64Var(&f.rate, "rate", 0, "mean arrival rate in requests/s; required without --trace; with --trace, rescales arrivals to this mean rate (0 keeps the trace's timing)")
+	fs.DurationVar(&f.duration, "duration", 0, "send arrivals for this long; 0 means 60s for synthetic load and the whole trace with --trace")
+	fs.IntVar(&f.concurrency, "concurrency", 0, "maximum requests in flight; a due request waits for a slot (0 = unlimited)")
+	fs.BoolVar(&f.stream, "stream", false, "stream responses (SSE with usage), which measures TTFT and ITL; without it TTFT equals E2E latency")
+	fs.StringVar(&f.jsonOut, "json", "", "also write the report as JSON to `file`")
+	fs.StringVar(&f.trace, "trace", "", "replay this trace `file` instead of synthetic load")
+	fs.StringVar(&f.traceFormat, "trace-format", "", "trace format: azure (CSV) or mooncake (JSONL); default from the file extension (.csv, .jsonl)")
+	fs.IntVar(&f.requests, "requests", 0, "send at most this many requests (0 = no limit)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed for synthetic arrivals, lengths and prompt token ids; change it between runs against a warm server, or prompts repeat and hit its prefix cache")
+	fs.Float64Var(&f.promptMean, "prompt-mean", defaultPromptMean, "synthetic prompt length mean in tokens")
+	fs.Float64Var(&f.promptSD, "prompt-sigma", 0.5, "synthetic prompt length log-normal sigma (0 = constant)")
+	fs.IntVar(&f.promptMax, "prompt-max", 8192, "synthetic prompt length maximum")
+	fs.Float64Var(&f.outputMean, "output-mean", defaultOutputMean, "synthetic output length mean in tokens")
+	fs.Float64Var(&f.outputSD, "output-sigma", 0.5, "synthetic output length log-normal sigma (0 = constant)")
+	fs.IntVar(&f.outputMax, "output-max", 2048, "synthetic output length maximum")
+	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
+	fs.DurationVar(&f.timeout, "request-timeout", 10*time.Minute, "fail a request that takes longer than this (0 = no limit)")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress line on stderr")
+	return fs
+}
+
+// loadCmd runs "sluice-bench load".
+func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f loadFlags
+	fs := newLoadFlagSet(&f, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice-bench load: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if err := f.validate(); err != nil {
+		fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
+		return exitUsage
+	}
+
+	reqs, err := f.workload(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
+		return exitError
+	}
+	opts := loadgen.Options{
+		Target:         f.target,
+		Model:          f.model,
+		Stream:         f.stream,
+		Concurrency:    f.concurrency,
+		Prompter:       workload.NewPrompter(workload.PromptOptions{Seed: f.seed}),
+		RequestTimeout: f.timeout,
+	}
+	if !f.quiet {
+		opts.Progress = stderr
+	}
+	runner, err := loadgen.New(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
+		return exitUsage
+	}
+
+	res := runner.Run(ctx, reqs)
+	if res.Interrupted {
+		fmt.Fprintf(stderr, "sluice-bench load: interrupted; reporting the %d requests sent\n", len(res.Samples))
+	}
+	rep := res.Report()
+	code := exitOK
+	if err := rep.WriteTable(stdout); err != nil {
+		fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
+		code = exitError
+	}
+	if f.jsonOut != "" {
+		if err := writeJSONFile(f.jsonOut, rep.WriteJSON); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
+			code = exitError
+		}
+	}
+	if code == exitOK && res.Interrupted {
+		code = exitInterrupted
+	}
+	return code
+}
+
+// validate reports every bad flag combination at once.
+func (f *loadFlags) validate() error {
+	var errs []error
+	if f.target == "" {
+		errs = append(errs, errors.New("--target is required"))
+	}
+	if f.model == "" {
+		errs = append(errs, errors.New("--model is required"))
+	}
+	if f.trace == "" && !(f.rate > 0) {
+		errs = append(errs, errors.New("--rate must be positive for synthetic load (or give --trace)"))
+	}
+	if f.rate < 0 {
+		errs = append(errs, errors.New("--rate must not be negative"))
+	}
+	if f.duration < 0 {
+		errs = append(errs, errors.New("--duration must not be negative"))
+	}
+	if f.concurrency < 0 || f.requests < 0 || f.maxContext < 0 {
+		errs = append(errs, errors.New("--concurrency, --requests and --max-context must not be negative"))
+	}
+	if f.trace == "" && f.traceFormat != "" {
+		errs = append(errs, errors.New("--trace-format needs --trace"))
+	}
+	return errors.Join(errs...)
+}
+
+// workload builds the requests to send and describes them on stderr.
+func (f *loadFlags) workload(stderr io.Writer) ([]workload.Request, error) {
+	var (
+		reqs []workload.Request
+		err  error
+	)
+	if f.trace == "" {
+		d := f.duration
+		if d == 0 {
+			d = defaultDuration
+		}
+		reqs, err = workload.Synthetic(workload.SyntheticOptions{
+			Rate:     f.rate,
+			Duration: d,
+			Count:    f.requests,
+			Prompt:   workload.LengthDist{Mean: f.promptMean, Sigma: f.promptSD, Max: f.promptMax},
+			Output:   workload.LengthDist{Mean: f.outputMean, Sigma: f.outputSD, Max: f.outputMax},
+			Seed:     f.seed,
+		})
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		if reqs, err = readTrace(f.trace, f.traceFormat); err != nil {
+			return nil, err
+		}
+		if f.rate > 0 {
+			if s := workload.Summarize(reqs); s.RatePerSec > 0 {
+				reqs = workload.Scale(reqs, f.rate/s.RatePerSec)
+			}
+		}
+		reqs = workload.Until(reqs, f.duration)
+		var dropped int
+		reqs, dropped = workload.DropLonger(reqs, f.maxContext)
+		if dropped > 0 {
+			fmt.Fprintf(stderr, "sluice-bench load: dropped %d requests longer than %d tokens\n", dropped, f.maxContext)
+		}
+		reqs = workload.Limit(reqs, f.requests)
+	}
+	if len(reqs) == 0 {
+		return nil, errors.New("the workload has no requests")
+	}
+	s := workload.Summarize(reqs)
+	fmt.Fprintf(stderr, "sluice-bench load: %d requests over %.1fs (%.2f req/s), mean prompt %.1f, mean output %.1f tokens\n",
+		s.Requests, s.Duration.Seconds(), s.RatePerSec, s.PromptMean, s.OutputMean)
+	return reqs, nil
+}
+
+// readTrace reads a trace file in format, or in the format its extension
+// names.
+func readTrace(path, format string) ([]workload.Request, error) {
+	if format == "" {
+		switch strings.ToLower(filepath.Ext(path)) {
+		case ".csv":
+			format = "azure"
+		case ".jsonl":
+			format = "mooncake"
+		default:
+			return nil, fmt.Errorf("trace %s: cannot tell the format from the extension; set --trace-format azure or mooncake", path)
+		}
+	}
+	var read func(io.Reader) ([]workload.Request, error)
+	switch format {
+	case "azure":
+		read = workload.ReadAzureCSV
+	case "mooncake":
+		read = workload.ReadMooncake
+	default:
+		return nil, fmt.Errorf("--trace-format %q: want azure or mooncake", format)
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open trace: %w", err)
+	}
+	defer file.Close()
+	reqs, err := read(file)
+	if err != nil {
+		return nil, fmt.Errorf("trace %s: %w", path, err)
+	}
+	return reqs, nil
+}
+
+// writeJSONFile writes a file through write, reporting close errors too.
+func writeJSONFile(path string, write func(io.Writer) error) error {
+	file, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create json report: %w", err)
+	}
+	if err := write(file); err != nil {
+		file.Close()
+		return err
+	}
+	if err := file.Close(); err != nil {
+		return fmt.Errorf("close json report: %w", err)
+	}
+	return nil
+}

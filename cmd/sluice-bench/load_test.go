@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/gpuworker"
+)
+
+// startWorker serves a real simulated gpuworker on loopback.
+func startWorker(t *testing.T) string {
+	t.Helper()
+	w, err := gpuworker.New(gpuworker.Options{Model: "m", Profile: "instant"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = w.Run(ctx) })
+	srv := httptest.NewServer(w.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		wg.Wait()
+	})
+	return srv.URL
+}
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = cli(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func readJSON(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(b, &got))
+	return got
+}
+
+func TestLoadAgainstGPUWorker(t *testing.T) {
+	target := startWorker(t)
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			jsonPath := filepath.Join(t.TempDir(), "report.json")
+			args := []string{"load", "--target", target, "--model", "m", "--rate", "200", "--requests", "30",
+				"--duration", "10s", "--prompt-mean", "64", "--output-mean", "8", "--json", jsonPath, "--seed", "3"}
+			if stream {
+				args = append(args, "--stream")
+			}
+			code, stdout, stderr := runCLI(t, args...)
+			require.Equal(t, exitOK, code, stderr)
+			assert.Contains(t, stdout, "Successful requests:                    30\n")
+			assert.Contains(t, stderr, "sluice-bench load: 30 requests over")
+			assert.Contains(t, stderr, "sent 30  done 30  failed 0  in-flight 0")
+
+			got := readJSON(t, jsonPath)
+			assert.EqualValues(t, 30, got["completed"])
+			assert.EqualValues(t, 0, got["failed"])
+			assert.Positive(t, got["request_throughput"])
+			assert.Positive(t, got["output_throughput"])
+			for _, key := range []string{"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"} {
+				require.IsType(t, map[string]any{}, got[key], key)
+			}
+			if stream {
+				assert.Positive(t, got["itl_ms"].(map[string]any)["p50"])
+			}
+		})
+	}
+}
+
+func TestLoadTraceReplay(t *testing.T) {
+	var prompts atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Prompt    []int `json:"prompt"`
+			MaxTokens int   `json:"max_tokens"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		prompts.Add(int64(len(body.Prompt)))
+		fmt.Fprintf(w, `{"choices":[{"text":"x"}],"usage":{"completion_tokens":%d}}`, body.MaxTokens)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	trace := filepath.Join(t.TempDir(), "t.jsonl")
+	require.NoError(t, os.WriteFile(trace, []byte(
+		`{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [0, 1]}
+{"timestamp": 10, "input_length": 100, "output_length": 3, "hash_ids": [0]}
+{"timestamp": 20, "input_length": 9000, "output_length": 3, "hash_ids": []}
+`), 0o600))
+	code, stdout, stderr := runCLI(t, "load", "--target", srv.URL, "--model", "m", "--trace", trace, "--max-context", "1000", "--quiet")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stderr, "dropped 1 requests longer than 1000 tokens")
+	assert.Contains(t, stdout, "Successful requests:                    2\n")
+	assert.Contains(t, stdout, "Total generated tokens:                 5\n")
+	assert.EqualValues(t, 700, prompts.Load())
+	assert.NotContains(t, stderr, "in-flight", "--quiet has no progress line")
+}
+
+func TestLoadUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no command", nil, exitUsage, "Usage: sluice-bench"},
+		{"unknown command", []string{"simulate"}, exitUsage, `unknown command "simulate"`},
+		{"missing flags", []string{"load"}, exitUsage, "--target is required\n--model is required\n--rate must be positive"},
+		{"bad flag", []string{"load", "--rate", "fast"}, exitUsage, "invalid value"},
+		{"extra arg", []string{"load", "--target", "http://x", "--model", "m", "--rate", "1", "oops"}, exitUsage, `unexpected argument "oops"`},
+		{"bad target", []string{"load", "--target", "x", "--model", "m", "--rate", "1"}, exitUsage, "want an http or https URL"},
+		{"bad format", []string{"load", "--target", "http://x", "--model", "m", "--trace", "t.txt"}, exitError, "cannot tell the format"},
+		{"missing trace", []string{"load", "--target", "http://x", "--model", "m", "--trace", "nope.csv"}, exitError, "open trace"},
+		{"format without trace", []string{"load", "--target", "http://x", "--model", "m", "--rate", "1", "--trace-format", "azure"}, exitUsage, "--trace-format needs --trace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tt.args...)
+			assert.Equal(t, tt.code, code)
+			assert.Contains(t, stderr, tt.want)
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, stdout, _ := runCLI(t, "help")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, stdout, "load")
+	code, _, stderr := runCLI(t, "load", "-h")
+	assert.Equal(t, exitOK, code)
+	assert.True(t, strings.Contains(stderr, "--trace-format") || strings.Contains(stderr, "-trace-format"))
+}
+
+func TestLoadInterrupted(t *testing.T) {
+	started := make(chan struct{}, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		// Read the body first: only then does the server watch for the
+		// client hanging up.
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done()
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	done := make(chan int)
+	go func() {
+		done <- cli(ctx, []string{"load", "--target", srv.URL, "--model", "m", "--rate", "5", "--duration", "1h", "--quiet"}, &out, &errOut)
+	}()
+	<-started
+	cancel()
+	code := <-done
+	assert.Equal(t, exitInterrupted, code)
+	assert.Contains(t, errOut.String(), "interrupted")
+	assert.Contains(t, out.String(), "Successful requests:                    0\n")
+	assert.Contains(t, out.String(), "Cancelled requests:")
+}

@@ -1,0 +1,69 @@
+// Command sluice-bench generates load against an OpenAI-compatible endpoint
+// (a Sluice router, a gpuworker, or vLLM) and reports vLLM-style serving
+// metrics.
+//
+// Usage:
+//
+//	sluice-bench load --target URL --model M --rate R --duration D [flags]
+//
+// Run "sluice-bench load -h" for every flag.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+func main() { os.Exit(run()) }
+
+// run wires the process to cli: arguments, standard streams and signals.
+// The first SIGINT or SIGTERM stops the run and prints what completed; a
+// second one kills the process.
+func run() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+	return cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
+}
+
+// cli dispatches to a subcommand and returns the exit code.
+func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "load":
+		return loadCmd(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "sluice-bench: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage: sluice-bench <command> [flags]
+
+Commands:
+  load    send open-loop load to a live OpenAI-compatible endpoint and report
+          TTFT, TPOT, ITL and end-to-end latency (vLLM benchmark_serving metrics)
+
+Run "sluice-bench <command> -h" for the command's flags.
+`)
+}

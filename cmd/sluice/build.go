@@ -1,0 +1,74 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/configs"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/all"
+	"github.com/sluice-llm/sluice/router"
+)
+
+// newPolicyRegistry is the registry of built-in policies.
+func newPolicyRegistry() (*policies.Registry, error) {
+	reg := policies.NewRegistry()
+	if err := all.Register(reg); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// buildTable turns a validated config into a routing table. Endpoints come
+// from eps, so a reload keeps the counters of backends it keeps. Every
+// problem is reported, each naming its field.
+func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registry) (*router.Table, error) {
+	var errs []error
+	routes := make([]*router.Route, 0, len(c.Models))
+	for i, m := range c.Models {
+		p := fmt.Sprintf("models[%d]", i)
+		picker, err := reg.New(m.Policy, m.Params)
+		if err != nil {
+			var unknown *policies.UnknownPolicyError
+			field := p + ".params"
+			if errors.As(err, &unknown) {
+				field = p + ".policy"
+			}
+			errs = append(errs, &configs.FieldError{Field: field, Message: err.Error()})
+		}
+		list := make([]*backends.Endpoint, 0, len(m.Backends))
+		for j, b := range m.Backends {
+			e, err := eps.Get(b.URL, b.Weight)
+			if err != nil {
+				errs = append(errs, &configs.FieldError{Field: fmt.Sprintf("%s.backends[%d].url", p, j), Message: err.Error()})
+				continue
+			}
+			list = append(list, e)
+		}
+		if picker == nil || len(list) != len(m.Backends) {
+			continue
+		}
+		pool, err := backends.NewPool(m.Name, list)
+		if err != nil {
+			errs = append(errs, &configs.FieldError{Field: p, Message: err.Error()})
+			continue
+		}
+		routes = append(routes, &router.Route{Pool: pool, Picker: picker, Policy: m.Policy})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return router.NewTable(routes)
+}
+
+// routerOptions maps the config onto the router's options.
+func routerOptions(c *configs.Config, t *router.Table) router.Options {
+	return router.Options{
+		Table:        t,
+		MaxBodyBytes: c.MaxBodyBytes,
+		Retries:      *c.Upstream.Retries,
+		Cooldown:     2 * time.Second,
+	}
+}

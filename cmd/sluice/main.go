@@ -1,0 +1,38 @@
+// Command sluice is the Sluice router: one OpenAI-compatible endpoint in
+// front of a fleet of inference backends.
+//
+//	sluice serve --config FILE [--listen ADDR]
+//	sluice validate --config FILE
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+const usage = `usage:
+  sluice serve --config FILE [--listen ADDR] [--log-level LEVEL]
+  sluice validate --config FILE
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "validate":
+		return validate(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "sluice: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+}

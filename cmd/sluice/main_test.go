@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-llm/sluice/gpuworker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sluice.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		config string
+		code   int
+		out    []string
+	}{
+		{"ok", "models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:9001\n", 0, []string{": ok"}},
+		{"every problem with its path", `
+listen: nowhere
+models:
+  - name: m
+    policy: fastest
+    backends:
+      - url: ftp://x
+  - name: n
+    policy: round_robin
+    params: {spread: 2}
+    backends:
+      - url: http://127.0.0.1:1
+`, 1, []string{": invalid", "listen: want host:port", "models[0].backends[0].url: want an http or https URL"}},
+		{"policy errors need a valid file first, then name the field", `
+models:
+  - name: m
+    policy: fastest
+    backends:
+      - url: http://127.0.0.1:1
+  - name: n
+    policy: round_robin
+    params: {spread: 2}
+    backends:
+      - url: http://127.0.0.1:2
+`, 1, []string{`models[0].policy: unknown policy "fastest"`, "models[1].params:", "field spread not found"}},
+		{"unknown key", "modles: []\n", 1, []string{"line 1 (modles): field modles not found"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run([]string{"validate", "--config", writeConfig(t, tt.config)}, &out, &errOut)
+			assert.Equal(t, tt.code, code, errOut.String())
+			for _, s := range tt.out {
+				assert.Contains(t, out.String()+errOut.String(), s)
+			}
+		})
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	assert.Equal(t, 2, run(nil, &out, &errOut))
+	assert.Equal(t, 2, run([]string{"frobnicate"}, &out, &errOut))
+	assert.Equal(t, 2, run([]string{"validate"}, &out, &errOut))
+	assert.Equal(t, 2, run([]string{"serve"}, &out, &errOut))
+	assert.Equal(t, 0, run([]string{"help"}, &out, &errOut))
+	assert.Contains(t, out.String(), "sluice serve")
+}
+
+func TestExampleConfigsValidate(t *testing.T) {
+	files, err := filepath.Glob("../../configs/*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		var out, errOut bytes.Buffer
+		assert.Equal(t, 0, run([]string{"validate", "--config", f}, &out, &errOut), errOut.String())
+	}
+}
+
+// TestServeAndReload runs the real server on loopback in front of a real
+// gpuworker, then reloads a config that adds a model, and one that is bad.
+func TestServeAndReload(t *testing.T) {
+	wsrv := startWorker(t, "a")
+	wsrvB := startWorker(t, "b")
+
+	cfg := "listen: 127.0.0.1:0\nmodels:\n  - name: a\n    backends:\n      - url: " + wsrv.URL + "\n"
+	path := writeConfig(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	reload := make(chan os.Signal, 1)
+	ready := make(chan string, 1)
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverOptions{path: path, drain: 5 * time.Second, reload: reload, ready: ready,
+			log: slog.New(slog.NewTextHandler(&logs, nil))})
+	}()
+	addr := <-ready
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	post := func(model string) int {
+		res, err := client.Post("http://"+addr+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":2}`))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	assert.Equal(t, http.StatusOK, post("a"))
+	assert.Equal(t, http.StatusNotFound, post("b"))
+
+	require.NoError(t, os.WriteFile(path, []byte(cfg+"  - name: b\n    backends:\n      - url: "+wsrvB.URL+"\n"), 0o600))
+	reload <- syscall.SIGHUP
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "config reloaded") }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, http.StatusOK, post("a"))
+	assert.Equal(t, http.StatusOK, post("b"))
+
+	require.NoError(t, os.WriteFile(path, []byte("models: [}"), 0o600))
+	reload <- syscall.SIGHUP
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "keeping the running config") }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, http.StatusOK, post("a"))
+
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func TestServeFailsOnBadConfig(t *testing.T) {
+	var errOut bytes.Buffer
+	code := run([]string{"serve", "--config", writeConfig(t, "models: []\n")}, io.Discard, &errOut)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut.String(), "at least one model")
+}
+
+func startWorker(t *testing.T, model string) *httptest.Server {
+	t.Helper()
+	w, err := gpuworker.New(gpuworker.Options{Model: model})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	srv := httptest.NewServer(w.Handler())
+	t.Cleanup(func() { srv.Close(); cancel(); <-done })
+	return srv
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/configs"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/router"
+	"github.com/sluice-llm/sluice/router/proxy"
+)
+
+// serve runs the router until SIGINT or SIGTERM, reloading the config on
+// SIGHUP (a bad reload keeps the running config).
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (required)")
+	listen := fs.String("listen", "", "listen address; overrides the config's listen")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	drain := fs.Duration("shutdown-timeout", 30*time.Second, "how long open requests may finish on shutdown")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "sluice serve: --config is required")
+		return 2
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(stderr, "sluice serve: --log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	if err := runServer(ctx, serverOptions{path: *path, listen: *listen, drain: *drain, log: log, reload: hup}); err != nil {
+		log.Error("sluice stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+type serverOptions struct {
+	path   string
+	listen string
+	drain  time.Duration
+	log    *slog.Logger
+	reload <-chan os.Signal
+	// ready, if set, receives the bound address once the server accepts
+	// connections (tests use it).
+	ready chan<- string
+}
+
+// runServer builds the router from the config and serves until ctx ends.
+func runServer(ctx context.Context, o serverOptions) error {
+	cfg, err := configs.Load(o.path)
+	if err != nil {
+		return err
+	}
+	reg, err := newPolicyRegistry()
+	if err != nil {
+		return err
+	}
+	eps := backends.NewRegistry()
+	table, err := buildTable(cfg, reg, eps)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.path, err)
+	}
+	metrics := prometheus.NewRegistry()
+	if err := metrics.Register(collectors.NewGoCollector()); err != nil {
+		return err
+	}
+	if err := metrics.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return err
+	}
+	ropts := routerOptions(cfg, table)
+	ropts.Logger = o.log
+	ropts.Metrics = metrics
+	ropts.Transport = proxy.NewTransport(proxy.TransportOptions{
+		DialTimeout:           cfg.Upstream.DialTimeout.Std(),
+		ResponseHeaderTimeout: cfg.Upstream.ResponseHeaderTimeout.Std(),
+		MaxIdleConnsPerHost:   cfg.Upstream.MaxIdleConnsPerHost,
+	})
+	rt, err := router.New(ropts)
+	if err != nil {
+		return err
+	}
+
+	addr := cfg.Listen
+	if o.listen != "" {
+		addr = o.listen
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           rt.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(o.log.Handler(), slog.LevelWarn),
+	}
+	o.log.Info("sluice listening", "addr", ln.Addr().String(), "models", len(cfg.Models))
+	if o.ready != nil {
+		o.ready <- ln.Addr().String()
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	for {
+		select {
+		case err := <-served:
+			return fmt.Errorf("serve: %w", err)
+		case <-o.reload:
+			reloadTable(o, reg, eps, rt, cfg.Listen)
+		case <-ctx.Done():
+			o.log.Info("shutting down", "drain", o.drain)
+			sctx, cancel := context.WithTimeout(context.Background(), o.drain)
+			err := srv.Shutdown(sctx)
+			cancel()
+			if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+				return serr
+			}
+			if err != nil {
+				_ = srv.Close()
+				return fmt.Errorf("shutdown: %w", err)
+			}
+			return nil
+		}
+	}
+}
+
+// reloadTable re-reads the config and swaps in the new routing table, or
+// logs every problem and keeps the running one.
+func reloadTable(o serverOptions, reg *policies.Registry, eps *backends.Registry, rt *router.Router, listen string) {
+	cfg, err := configs.Load(o.path)
+	if err == nil {
+		var t *router.Table
+		if t, err = buildTable(cfg, reg, eps); err == nil {
+			rt.SetTable(t)
+			if cfg.Listen != listen {
+				o.log.Warn("reload: listen address changes need a restart", "running", listen, "config", cfg.Listen)
+			}
+			o.log.Info("config reloaded", "models", len(cfg.Models))
+			return
+		}
+	}
+	o.log.Error("config reload failed; keeping the running config", "err", err)
+}

@@ -1,0 +1,121 @@
+package configs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the router's configuration file.
+type Config struct {
+	// Listen is the address the OpenAI endpoint listens on. Default "127.0.0.1:8080".
+	Listen string `yaml:"listen"`
+	// MaxBodyBytes caps a request body; larger bodies get 413. Default 10 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// Upstream tunes the connections to backends.
+	Upstream Upstream `yaml:"upstream"`
+	// Models lists the served models, each with its own backend pool. At least one.
+	Models []Model `yaml:"models"`
+}
+
+// Upstream tunes how the router talks to backends.
+type Upstream struct {
+	// DialTimeout bounds connecting to a backend. Default 2s.
+	DialTimeout Duration `yaml:"dial_timeout"`
+	// ResponseHeaderTimeout bounds the wait for a backend's response headers,
+	// which for a streamed answer is time to first byte. Default 60s.
+	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
+	// MaxIdleConnsPerHost is the keep-alive pool per backend. Default 256.
+	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+	// Retries is how many other backends are tried when one fails before it
+	// has sent a response byte. Default 1; write 0 to disable retries.
+	Retries *int `yaml:"retries"`
+}
+
+// Model is one served model name and the pool of backends that serve it.
+type Model struct {
+	// Name is the model name clients send in "model". Required, unique.
+	Name string `yaml:"name"`
+	// Policy names the routing policy for this pool. Default "least_request".
+	Policy string `yaml:"policy"`
+	// Params are the policy's parameters, decoded strictly by the policy.
+	Params map[string]any `yaml:"params"`
+	// Backends lists the servers for this model. At least one.
+	Backends []Backend `yaml:"backends"`
+}
+
+// Backend is one OpenAI-compatible server.
+type Backend struct {
+	// URL is the server's base URL, e.g. http://127.0.0.1:9001. Required; http or https.
+	URL string `yaml:"url"`
+	// Weight is the relative share for weighted policies. Default 1.
+	Weight int `yaml:"weight"`
+}
+
+// Duration is a time.Duration written in YAML as a Go duration string ("250ms").
+type Duration time.Duration
+
+// UnmarshalYAML accepts a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: want a duration such as \"2s\": %w", n.Line, err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a Go duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Std returns the value as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Load reads, decodes, defaults and validates the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes b strictly, applies defaults and validates the result.
+func Parse(b []byte) (*Config, error) {
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("config is empty")
+		}
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("decode: more than one YAML document")
+	}
+	var c Config
+	strict := yaml.NewDecoder(bytes.NewReader(b))
+	strict.KnownFields(true)
+	if err := strict.Decode(&c); err != nil {
+		return nil, fmt.Errorf("decode: %s", nameFields(&root, err.Error()))
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}

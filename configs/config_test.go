@@ -1,0 +1,146 @@
+package configs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const minimal = `
+models:
+  - name: llama-3-8b
+    backends:
+      - url: http://127.0.0.1:9001
+`
+
+func TestParseAppliesDefaults(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultListen, c.Listen)
+	assert.EqualValues(t, DefaultMaxBodyBytes, c.MaxBodyBytes)
+	assert.Equal(t, DefaultPolicy, c.Models[0].Policy)
+	assert.Equal(t, 1, c.Models[0].Backends[0].Weight)
+	assert.Equal(t, DefaultDialTimeout, c.Upstream.DialTimeout.Std())
+	assert.Equal(t, DefaultResponseHeaderTimeout, c.Upstream.ResponseHeaderTimeout.Std())
+	assert.Equal(t, DefaultMaxIdleConnsPerHost, c.Upstream.MaxIdleConnsPerHost)
+	require.NotNil(t, c.Upstream.Retries)
+	assert.Equal(t, DefaultRetries, *c.Upstream.Retries)
+}
+
+func TestParseKeepsExplicitValues(t *testing.T) {
+	c, err := Parse([]byte(`
+listen: 0.0.0.0:9000
+max_body_bytes: 1024
+upstream:
+  dial_timeout: 250ms
+  retries: 0
+models:
+  - name: m
+    policy: round_robin
+    backends:
+      - url: http://a:1
+        weight: 3
+`))
+	require.NoError(t, err)
+	assert.Equal(t, "0.0.0.0:9000", c.Listen)
+	assert.EqualValues(t, 1024, c.MaxBodyBytes)
+	assert.Equal(t, 250*time.Millisecond, c.Upstream.DialTimeout.Std())
+	assert.Equal(t, 0, *c.Upstream.Retries)
+	assert.Equal(t, "round_robin", c.Models[0].Policy)
+	assert.Equal(t, 3, c.Models[0].Backends[0].Weight)
+}
+
+func TestParseRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		yaml   string
+		fields []string // every field path the error must name
+	}{
+		{"empty", ``, []string{"config is empty"}},
+		{"unknown top-level field", "listen: a:1\nmodel: x\n" + minimal, []string{"field model not found"}},
+		{"unknown backend field", "models:\n  - name: m\n    backends:\n      - url: http://a:1\n        urls: x\n", []string{"field urls not found"}},
+		{"wrong type", "max_body_bytes: lots\n" + minimal, []string{"max_body_bytes", "lots"}},
+		{"bad duration", "upstream:\n  dial_timeout: soon\n" + minimal, []string{"soon"}},
+		{"no models", "listen: 127.0.0.1:1\n", []string{"models: at least one model"}},
+		{"bad listen", "listen: nowhere\n" + minimal, []string{"listen: want host:port"}},
+		{"negative body", "max_body_bytes: -1\n" + minimal, []string{"max_body_bytes: must be positive"}},
+		{"retries out of range", "upstream:\n  retries: 11\n" + minimal, []string{"upstream.retries"}},
+		{"many problems at once", `
+models:
+  - backends: []
+  - name: a
+    backends:
+      - url: ftp://x
+      - url: http://b:1
+        weight: -2
+      - url: http://b:1
+  - name: a
+    backends:
+      - url: ""
+`, []string{
+			"models[0].name: is required",
+			"models[0].backends: at least one backend",
+			"models[1].backends[0].url: want an http or https URL",
+			"models[1].backends[1].weight: must be positive",
+			"models[1].backends[2].url: \"http://b:1\" is already listed as backends[1]",
+			"models[2].name: \"a\" is already used by models[1]",
+			"models[2].backends[0].url: is required",
+		}},
+		{"url with query", "models:\n  - name: m\n    backends:\n      - url: http://a:1/?x=1\n", []string{"models[0].backends[0].url: must not carry a query"}},
+		{"two documents", minimal + "---\n" + minimal, []string{"more than one YAML document"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			require.Error(t, err)
+			for _, f := range tt.fields {
+				assert.Contains(t, err.Error(), f)
+			}
+		})
+	}
+}
+
+func TestValidateReturnsFieldErrors(t *testing.T) {
+	_, err := Parse([]byte("models:\n  - name: m\n    backends: []\n"))
+	var fe *FieldError
+	require.True(t, errors.As(err, &fe))
+	assert.Equal(t, "models[0].backends", fe.Field)
+}
+
+func TestLoadExampleConfigs(t *testing.T) {
+	files, err := filepath.Glob("*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "configs/ ships example files")
+	for _, f := range files {
+		_, err := Load(f)
+		assert.NoError(t, err, f)
+	}
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("listen: x\n"), 0o600))
+	_, err := Load(p)
+	require.Error(t, err)
+	assert.True(t, strings.HasPrefix(err.Error(), p+": "), err.Error())
+	_, err = Load(filepath.Join(t.TempDir(), "missing.yaml"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(minimal))
+	f.Add([]byte("models: [{name: a, backends: [{url: 'http://x:1'}]}]"))
+	f.Add([]byte("upstream: {retries: -1}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Parse(b)
+		if err == nil && (len(c.Models) == 0 || c.Upstream.Retries == nil) {
+			t.Fatalf("accepted an invalid config: %+v", c)
+		}
+	})
+}

@@ -1,0 +1,51 @@
+package configs
+
+import "time"
+
+// Defaults for fields left empty. Each field's doc comment repeats its default.
+const (
+	DefaultListen                = "127.0.0.1:8080"
+	DefaultMaxBodyBytes          = 10 << 20
+	DefaultPolicy                = "least_request"
+	DefaultDialTimeout           = 2 * time.Second
+	DefaultResponseHeaderTimeout = 60 * time.Second
+	DefaultMaxIdleConnsPerHost   = 256
+	DefaultRetries               = 1
+	DefaultWeight                = 1
+)
+
+// ApplyDefaults fills every empty field with its documented default. It is the
+// one place defaults are set.
+func (c *Config) ApplyDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	u := &c.Upstream
+	if u.DialTimeout == 0 {
+		u.DialTimeout = Duration(DefaultDialTimeout)
+	}
+	if u.ResponseHeaderTimeout == 0 {
+		u.ResponseHeaderTimeout = Duration(DefaultResponseHeaderTimeout)
+	}
+	if u.MaxIdleConnsPerHost == 0 {
+		u.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	if u.Retries == nil {
+		r := DefaultRetries
+		u.Retries = &r
+	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.Policy == "" {
+			m.Policy = DefaultPolicy
+		}
+		for j := range m.Backends {
+			if m.Backends[j].Weight == 0 {
+				m.Backends[j].Weight = DefaultWeight
+			}
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+)
+
+// FieldError is one invalid field, named by its path in the file
+// ("models[0].backends[1].url").
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Validate checks a defaulted Config and returns every problem joined with
+// errors.Join, each a *FieldError. Policy names and parameters are checked by
+// the policy registry when cmd/sluice builds the router.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "want host:port, got %q", c.Listen)
+	}
+	if c.MaxBodyBytes < 0 {
+		bad("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
+	}
+	u := c.Upstream
+	if u.DialTimeout < 0 {
+		bad("upstream.dial_timeout", "must be positive, got %s", u.DialTimeout.Std())
+	}
+	if u.ResponseHeaderTimeout < 0 {
+		bad("upstream.response_header_timeout", "must be positive, got %s", u.ResponseHeaderTimeout.Std())
+	}
+	if u.MaxIdleConnsPerHost < 0 {
+		bad("upstream.max_idle_conns_per_host", "must be positive, got %d", u.MaxIdleConnsPerHost)
+	}
+	if u.Retries != nil && (*u.Retries < 0 || *u.Retries > 10) {
+		bad("upstream.retries", "must be between 0 and 10, got %d", *u.Retries)
+	}
+	if len(c.Models) == 0 {
+		bad("models", "at least one model is required")
+	}
+	seen := make(map[string]int, len(c.Models))
+	for i, m := range c.Models {
+		p := fmt.Sprintf("models[%d]", i)
+		switch prev, dup := seen[m.Name]; {
+		case m.Name == "":
+			bad(p+".name", "is required")
+		case dup:
+			bad(p+".name", "%q is already used by models[%d]", m.Name, prev)
+		default:
+			seen[m.Name] = i
+		}
+		if len(m.Backends) == 0 {
+			bad(p+".backends", "at least one backend is required")
+		}
+		urls := make(map[string]int, len(m.Backends))
+		for j, b := range m.Backends {
+			bp := fmt.Sprintf("%s.backends[%d]", p, j)
+			if msg := checkURL(b.URL); msg != "" {
+				bad(bp+".url", "%s", msg)
+			} else if prev, dup := urls[b.URL]; dup {
+				bad(bp+".url", "%q is already listed as backends[%d]", b.URL, prev)
+			} else {
+				urls[b.URL] = j
+			}
+			if b.Weight < 0 {
+				bad(bp+".weight", "must be positive, got %d", b.Weight)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkURL(s string) string {
+	if s == "" {
+		return "is required"
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Sprintf("not a URL: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Sprintf("want an http or https URL, got %q", s)
+	}
+	if u.Host == "" {
+		return fmt.Sprintf("missing host in %q", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Sprintf("must not carry a query or fragment: %q", s)
+	}
+	return ""
+}

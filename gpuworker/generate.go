@@ -1,0 +1,235 @@
+package gpuworker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Finish reasons.
+const (
+	finishStop   = "stop"
+	finishLength = "length"
+)
+
+// generation is one chat or completion request on its way through the engine.
+type generation struct {
+	chat    bool
+	id      string
+	created int64
+	params  genParams
+	job     *job
+}
+
+func (c choice) finishReason() string {
+	if c.target >= c.max {
+		return finishLength
+	}
+	return finishStop
+}
+
+func (c choice) text() string {
+	var b strings.Builder
+	for i := range c.target {
+		b.WriteString(tokenText(c.key, i))
+	}
+	return b.String()
+}
+
+func usageOf(choices []choice) usage {
+	var u usage
+	for _, c := range choices {
+		u.PromptTokens += c.prompt
+		u.CompletionTokens += c.target
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// serveGeneration submits specs, waits on the engine and writes the answer,
+// streamed or whole. Leaving early, for any reason, cancels the engine work.
+func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, chat bool, p genParams, specs []genSpec) {
+	j, err := w.submit(specs)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	defer w.release(j)
+	g := &generation{chat: chat, created: time.Now().Unix(), params: p, job: j}
+	prefix := "cmpl-"
+	if chat {
+		prefix = "chatcmpl-"
+	}
+	g.id = fmt.Sprintf("%s%x-%d", prefix, w.wall0.UnixNano(), j.choices[0].id)
+	if p.Stream {
+		w.stream(r.Context(), rw, g)
+		return
+	}
+	snap, ok := w.await(r.Context(), j, nil, func(cs []choice) bool {
+		for _, c := range cs {
+			if !c.done {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		if snap != nil {
+			writeError(rw, ErrStopped)
+		}
+		return
+	}
+	writeJSON(rw, http.StatusOK, w.whole(g, snap))
+}
+
+// await blocks until ready accepts the job's progress. It returns false with
+// a nil slice when ctx ends, and false with the snapshot when the worker
+// stopped.
+func (w *Worker) await(ctx context.Context, j *job, snap []choice, ready func([]choice) bool) ([]choice, bool) {
+	for {
+		var aborted bool
+		snap, aborted = w.snapshot(j, snap)
+		if aborted {
+			return snap, false
+		}
+		if ready(snap) {
+			return snap, true
+		}
+		select {
+		case <-j.notify:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// whole builds a non-streaming response.
+func (w *Worker) whole(g *generation, cs []choice) any {
+	if g.chat {
+		c := cs[0]
+		return chatCompletion{
+			ID: g.id, Object: "chat.completion", Created: g.created, Model: w.model,
+			Choices: []chatChoice{{
+				Message:      chatMessageOut{Role: "assistant", Content: c.text()},
+				FinishReason: c.finishReason(),
+			}},
+			Usage: usageOf(cs),
+		}
+	}
+	u := usageOf(cs)
+	resp := completion{ID: g.id, Object: "text_completion", Created: g.created, Model: w.model, Usage: &u}
+	for i, c := range cs {
+		reason := c.finishReason()
+		resp.Choices = append(resp.Choices, textChoice{Index: i, Text: c.text(), FinishReason: &reason})
+	}
+	return resp
+}
+
+// stream writes the answer as server-sent events, one chunk per token,
+// flushed as the engine produces it.
+func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generation) {
+	h := rw.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	rw.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(rw)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	var snap []choice
+	sent := make([]int, len(g.job.choices))
+	for {
+		var ok bool
+		snap, ok = w.await(ctx, g.job, snap, func(cs []choice) bool {
+			for i, c := range cs {
+				if c.tokens > sent[i] {
+					return true
+				}
+			}
+			return false
+		})
+		if !ok {
+			return // client gone or worker stopped: cut the stream
+		}
+		done := true
+		for i, c := range snap {
+			for ; sent[i] < c.tokens; sent[i]++ {
+				if g.chat && sent[i] == 0 {
+					// Like OpenAI and vLLM, a chat stream opens with a
+					// chunk that carries the role and no content.
+					if err := writeEvent(rc, rw, w.roleChunk(g, i)); err != nil {
+						return
+					}
+				}
+				if err := writeEvent(rc, rw, w.chunk(g, i, c, sent[i])); err != nil {
+					return
+				}
+			}
+			done = done && sent[i] >= c.target
+		}
+		if done {
+			break
+		}
+	}
+	if g.params.includeUsage() {
+		u := usageOf(snap)
+		var final any = completion{ID: g.id, Object: "text_completion", Created: g.created, Model: w.model,
+			Choices: []textChoice{}, Usage: &u}
+		if g.chat {
+			final = chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: w.model,
+				Choices: []chatChunkChoice{}, Usage: &u}
+		}
+		if err := writeEvent(rc, rw, final); err != nil {
+			return
+		}
+	}
+	if _, err := rw.Write([]byte("data: [DONE]\n\n")); err == nil {
+		_ = rc.Flush()
+	}
+}
+
+// chunk builds the stream chunk for token k of choice i.
+func (w *Worker) chunk(g *generation, i int, c choice, k int) any {
+	var reason *string
+	if k == c.target-1 {
+		r := c.finishReason()
+		reason = &r
+	}
+	text := tokenText(c.key, k)
+	if g.chat {
+		d := chatDelta{Content: text}
+		return chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: w.model,
+			Choices: []chatChunkChoice{{Index: i, Delta: d, FinishReason: reason}}}
+	}
+	return completion{ID: g.id, Object: "text_completion", Created: g.created, Model: w.model,
+		Choices: []textChoice{{Index: i, Text: text, FinishReason: reason}}}
+}
+
+// roleChunk opens choice i of a chat stream.
+func (w *Worker) roleChunk(g *generation, i int) chatChunk {
+	return chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: w.model,
+		Choices: []chatChunkChoice{{Index: i, Delta: chatDelta{Role: "assistant"}}}}
+}
+
+// writeEvent writes v as one SSE data event and flushes it.
+func writeEvent(rc *http.ResponseController, rw http.ResponseWriter, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode chunk: %w", err)
+	}
+	buf := make([]byte, 0, len(b)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	if _, err := rw.Write(buf); err != nil {
+		return fmt.Errorf("write chunk: %w", err)
+	}
+	if err := rc.Flush(); err != nil {
+		return fmt.Errorf("flush chunk: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package gpuworker
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// BlockSize is the number of tokens in one KV-cache block, vLLM's default.
+const BlockSize = 16
+
+// defaultActivationBytes is the per-GPU memory kept back for activations,
+// CUDA graphs and non-torch allocations (GPU-FACTS §3, A ~ 1-3 GB).
+const defaultActivationBytes = 2e9
+
+// ErrUnknownProfile is returned by LookupProfile for a name it does not know.
+var ErrUnknownProfile = errors.New("gpuworker: unknown profile")
+
+// Profile describes one GPU (or tensor-parallel group) serving one model. It
+// parameterises the roofline step-time model and the scheduler limits of an
+// Engine. Byte and FLOP figures are totals across the TP group; the model
+// divides them by TP itself.
+type Profile struct {
+	// Name identifies the profile, as in "h100-llama3-8b".
+	Name string
+	// GPU and Model are human-readable descriptions.
+	GPU, Model string
+
+	// TP is the tensor-parallel degree (number of GPUs). Zero means 1.
+	TP int
+	// HBMBytes is the memory of one GPU.
+	HBMBytes float64
+	// BandwidthBytes is the memory bandwidth of one GPU in bytes/s.
+	BandwidthBytes float64
+	// FLOPS is the dense peak of one GPU for the compute dtype.
+	FLOPS float64
+	// WeightBytes is the size of all weights (whole model, all GPUs).
+	WeightBytes float64
+	// KVBytesPerToken is the KV-cache size of one token (whole model).
+	KVBytesPerToken float64
+	// Params is the number of model parameters.
+	Params float64
+	// Layers and Hidden describe the model shape.
+	Layers, Hidden int
+
+	// MaxNumSeqs caps the running batch (vLLM max_num_seqs).
+	MaxNumSeqs int
+	// MaxBatchedTokens is the per-step token budget (vLLM max_num_batched_tokens).
+	MaxBatchedTokens int
+	// GPUUtil is the fraction of HBM the engine may use (vLLM gpu_memory_utilization).
+	GPUUtil float64
+	// ActivationBytes is per-GPU memory reserved outside weights and KV.
+	ActivationBytes float64
+	// EtaBW is the achieved fraction of peak bandwidth.
+	EtaBW float64
+	// MFU is the achieved fraction of peak FLOPS.
+	MFU float64
+	// StepOverhead is the fixed CPU/scheduler/launch cost of every step.
+	StepOverhead time.Duration
+
+	// FixedKVTokens, when positive, replaces the KV capacity derived from
+	// memory. The instant profile uses it.
+	FixedKVTokens int
+}
+
+// tp returns the tensor-parallel degree, at least 1.
+func (p Profile) tp() float64 {
+	if p.TP < 1 {
+		return 1
+	}
+	return float64(p.TP)
+}
+
+// KVTokens returns the KV-cache capacity in tokens:
+// TP * (HBM*util - W/TP - A) / kv, never negative.
+func (p Profile) KVTokens() int {
+	if p.FixedKVTokens > 0 {
+		return p.FixedKVTokens
+	}
+	if p.KVBytesPerToken <= 0 {
+		return 0
+	}
+	perGPU := p.HBMBytes*p.GPUUtil - p.WeightBytes/p.tp() - p.ActivationBytes
+	if perGPU <= 0 {
+		return 0
+	}
+	return int(p.tp() * perGPU / p.KVBytesPerToken)
+}
+
+// KVBlocks returns the KV-cache capacity in BlockSize-token blocks.
+func (p Profile) KVBlocks() int { return p.KVTokens() / BlockSize }
+
+// StepTime returns the duration of one engine step that processes tokens
+// tokens (prefill chunks plus one per decoding sequence) for sequences whose
+// contexts sum to contextTokens:
+//
+//	t_mem  = (W + kv*ctx) / TP / (eta_bw*BW)
+//	t_comp = 2*P*tokens / (TP*MFU*F)
+//	t      = max(t_mem, t_comp) + t_fixed
+//
+// A term whose hardware figure is zero counts as zero, so the instant profile
+// costs nothing.
+func (p Profile) StepTime(tokens, contextTokens int) time.Duration {
+	var tMem, tComp float64
+	if bw := p.EtaBW * p.BandwidthBytes; bw > 0 {
+		tMem = (p.WeightBytes + p.KVBytesPerToken*float64(contextTokens)) / p.tp() / bw
+	}
+	if f := p.tp() * p.MFU * p.FLOPS; f > 0 {
+		tComp = 2 * p.Params * float64(tokens) / f
+	}
+	return time.Duration(math.Max(tMem, tComp)*float64(time.Second)) + p.StepOverhead
+}
+
+// DecodeCeiling returns the single-stream decode rate in tokens/s: one
+// sequence with a short context, one token per step. Zero-cost profiles
+// return +Inf.
+func (p Profile) DecodeCeiling() float64 {
+	d := p.StepTime(1, 0)
+	if d <= 0 {
+		return math.Inf(1)
+	}
+	return 1 / d.Seconds()
+}
+
+// Validate reports a profile the engine cannot run.
+func (p Profile) Validate() error {
+	switch {
+	case p.MaxNumSeqs < 1:
+		return fmt.Errorf("profile %q: MaxNumSeqs must be positive", p.Name)
+	case p.MaxBatchedTokens < 1:
+		return fmt.Errorf("profile %q: MaxBatchedTokens must be positive", p.Name)
+	case p.KVBlocks() < 1:
+		return fmt.Errorf("profile %q: model does not fit, no KV-cache blocks", p.Name)
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package gpuworker
+
+import (
+	"fmt"
+	"time"
+)
+
+// Hardware and model figures from GPU-FACTS §1-2 (dense TFLOPS, nominal GB).
+const (
+	llama3_8bParams    = 8_030_261_248
+	llama3_70bParams   = 70_562_938_880
+	llama3_8bKVBF16    = 131_072 // 2 x 32 layers x 8 KV heads x 128 x 2 B
+	llama3_70bKVBF16   = 327_680 // 2 x 80 layers x 8 KV heads x 128 x 2 B
+	llama3_70bFP8Bytes = 72.66e9 // FP8 weights, embeddings and lm_head in BF16
+)
+
+// InstantProfile is the name of the zero-cost profile: every step takes no
+// time and capacity is effectively unlimited, for measuring router overhead.
+const InstantProfile = "instant"
+
+// Profiles returns the built-in profiles, a fresh slice on every call.
+func Profiles() []Profile {
+	llama8B := func(name, gpu string, hbm, bw, flops float64, bigGPU bool) Profile {
+		p := Profile{
+			Name: name, GPU: gpu, Model: "Llama-3-8B BF16",
+			TP: 1, HBMBytes: hbm, BandwidthBytes: bw, FLOPS: flops,
+			WeightBytes: 2 * llama3_8bParams, KVBytesPerToken: llama3_8bKVBF16,
+			Params: llama3_8bParams, Layers: 32, Hidden: 4096,
+		}
+		return withDefaults(p, bigGPU)
+	}
+	return []Profile{
+		llama8B("h100-llama3-8b", "H100 SXM 80GB", 80e9, 3.35e12, 989e12, true),
+		llama8B("a100-80gb-llama3-8b", "A100 80GB SXM", 80e9, 2.039e12, 312e12, false),
+		llama8B("a100-40gb-llama3-8b", "A100 40GB", 40e9, 1.555e12, 312e12, false),
+		llama8B("l4-llama3-8b", "L4 24GB", 24e9, 300e9, 121e12, false),
+		llama8B("a10g-llama3-8b", "A10G 24GB", 24e9, 600e9, 70e12, false),
+		withDefaults(Profile{
+			Name: "2xh100-llama3-70b", GPU: "2x H100 SXM 80GB, TP2", Model: "Llama-3-70B FP8, BF16 KV",
+			TP: 2, HBMBytes: 80e9, BandwidthBytes: 3.35e12, FLOPS: 1979e12,
+			WeightBytes: llama3_70bFP8Bytes, KVBytesPerToken: llama3_70bKVBF16,
+			Params: llama3_70bParams, Layers: 80, Hidden: 8192,
+		}, true),
+		{
+			Name: InstantProfile, GPU: "none", Model: "any",
+			TP: 1, MaxNumSeqs: 1 << 20, MaxBatchedTokens: 1 << 30,
+			FixedKVTokens: 1 << 34,
+		},
+	}
+}
+
+// withDefaults fills the vLLM scheduler defaults (GPU-FACTS §5: GPUs with at
+// least 70 GiB other than A100 get 1024/8192, all others 256/2048) and the
+// efficiency figures of a tuned engine (GPU-FACTS §4: eta_bw ~0.75).
+func withDefaults(p Profile, bigGPU bool) Profile {
+	p.MaxNumSeqs, p.MaxBatchedTokens = 256, 2048
+	if bigGPU {
+		p.MaxNumSeqs, p.MaxBatchedTokens = 1024, 8192
+	}
+	p.GPUUtil = 0.9
+	p.ActivationBytes = defaultActivationBytes
+	p.EtaBW = 0.75
+	p.MFU = 0.5
+	p.StepOverhead = time.Millisecond
+	return p
+}
+
+// LookupProfile returns the built-in profile with the given name.
+func LookupProfile(name string) (Profile, error) {
+	for _, p := range Profiles() {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Profile{}, fmt.Errorf("%w %q", ErrUnknownProfile, name)
+}

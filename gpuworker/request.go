@@ -1,0 +1,223 @@
+package gpuworker
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// maxBodyBytes bounds a request body.
+const maxBodyBytes = 32 << 20
+
+// Default output lengths when a request names none, as OpenAI's.
+const (
+	defaultChatMaxTokens       = 256
+	defaultCompletionMaxTokens = 16
+)
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// genParams are the fields chat and completion requests share.
+type genParams struct {
+	Model               string         `json:"model"`
+	MaxTokens           *int           `json:"max_tokens"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options"`
+	IgnoreEOS           bool           `json:"ignore_eos"`
+	Seed                *int64         `json:"seed"`
+}
+
+type chatRequest struct {
+	genParams
+	Messages []chatMessage `json:"messages"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type completionRequest struct {
+	genParams
+	Prompt json.RawMessage `json:"prompt"`
+}
+
+type embeddingRequest struct {
+	Model          string          `json:"model"`
+	Input          json.RawMessage `json:"input"`
+	Dimensions     *int            `json:"dimensions"`
+	EncodingFormat string          `json:"encoding_format"`
+}
+
+// decodeBody reads a JSON body into v.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	if err := json.NewDecoder(body).Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return invalidRequest("", "request body larger than %d bytes", tooBig.Limit)
+		}
+		return invalidRequest("", "invalid JSON body: %v", err)
+	}
+	return nil
+}
+
+// checkModel validates the requested model name against the served one.
+func (w *Worker) checkModel(model string) error {
+	if model == "" {
+		return invalidRequest("model", "you must provide a model parameter")
+	}
+	if model != w.model {
+		return &apiError{
+			status:  http.StatusNotFound,
+			message: fmt.Sprintf("the model %q does not exist", model),
+			typ:     "invalid_request_error",
+			param:   "model",
+			code:    "model_not_found",
+		}
+	}
+	return nil
+}
+
+// maxTokens returns the requested output cap, or def.
+func (p genParams) maxTokens(def int) (int, error) {
+	n, param := def, ""
+	if p.MaxTokens != nil {
+		n, param = *p.MaxTokens, "max_tokens"
+	}
+	if p.MaxCompletionTokens != nil {
+		n, param = *p.MaxCompletionTokens, "max_completion_tokens"
+	}
+	if n < 1 {
+		return 0, invalidRequest(param, "%s must be at least 1, got %d", param, n)
+	}
+	return n, nil
+}
+
+func (p genParams) includeUsage() bool {
+	return p.StreamOptions != nil && p.StreamOptions.IncludeUsage
+}
+
+func (p genParams) seed() int64 {
+	if p.Seed == nil {
+		return 0
+	}
+	return *p.Seed
+}
+
+// messageText extracts the text of a message content: a string, null, or an
+// array of parts whose "text" fields are concatenated.
+func messageText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+// chatPrompt returns the prompt size and hash of a chat request.
+func chatPrompt(msgs []chatMessage) (int, uint64, error) {
+	if len(msgs) == 0 {
+		return 0, 0, invalidRequest("messages", "messages must not be empty")
+	}
+	parts := make([]string, 0, 2*len(msgs))
+	contents := make([]string, 0, len(msgs))
+	for i, m := range msgs {
+		text, err := messageText(m.Content)
+		if err != nil {
+			return 0, 0, invalidRequest(fmt.Sprintf("messages[%d].content", i), "invalid content: %v", err)
+		}
+		contents = append(contents, text)
+		parts = append(parts, m.Role, text)
+	}
+	return CountChatTokens(contents), hashStrings(parts), nil
+}
+
+// prompt is one prompt's simulated size and identity.
+type prompt struct {
+	tokens int
+	hash   uint64
+}
+
+// parsePrompts accepts OpenAI's prompt and input forms: a string, a list of
+// strings, a list of token ids, or a list of token-id lists.
+func parsePrompts(param string, raw json.RawMessage) ([]prompt, error) {
+	raw = bytes.TrimSpace(raw)
+	bad := func(err error) ([]prompt, error) {
+		return nil, invalidRequest(param, "%s must be a string, a list of strings, a list of token ids or a list of such lists: %v", param, err)
+	}
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, invalidRequest(param, "%s is required", param)
+	}
+	var out []prompt
+	switch {
+	case raw[0] == '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return bad(err)
+		}
+		out = append(out, textPrompt(s))
+	case raw[0] == '[':
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return bad(err)
+		}
+		if len(items) == 0 {
+			return nil, invalidRequest(param, "%s must not be empty", param)
+		}
+		if first := bytes.TrimSpace(items[0]); len(first) > 0 && first[0] != '"' && first[0] != '[' {
+			var ids []int
+			if err := json.Unmarshal(raw, &ids); err != nil {
+				return bad(err)
+			}
+			return []prompt{{tokens: len(ids), hash: hashTokens(ids)}}, nil
+		}
+		for _, it := range items {
+			it = bytes.TrimSpace(it)
+			if len(it) > 0 && it[0] == '"' {
+				var s string
+				if err := json.Unmarshal(it, &s); err != nil {
+					return bad(err)
+				}
+				out = append(out, textPrompt(s))
+				continue
+			}
+			var ids []int
+			if err := json.Unmarshal(it, &ids); err != nil {
+				return bad(err)
+			}
+			if len(ids) == 0 {
+				return nil, invalidRequest(param, "%s contains an empty token list", param)
+			}
+			out = append(out, prompt{tokens: len(ids), hash: hashTokens(ids)})
+		}
+	default:
+		return bad(errors.New("unexpected JSON type"))
+	}
+	return out, nil
+}
+
+func textPrompt(s string) prompt {
+	return prompt{tokens: CountTokens(s), hash: hashStrings([]string{s})}
+}

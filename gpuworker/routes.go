@@ -1,0 +1,92 @@
+package gpuworker
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routes builds the worker's HTTP API.
+func (w *Worker) routes(reg *prometheus.Registry) http.Handler {
+	r := chi.NewRouter()
+	r.Post("/v1/chat/completions", w.handleChat)
+	r.Post("/v1/completions", w.handleCompletions)
+	r.Post("/v1/embeddings", w.handleEmbeddings)
+	r.Get("/v1/models", w.handleModels)
+	r.Get("/health", w.handleHealth)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return r
+}
+
+func (w *Worker) handleChat(rw http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if err := decodeBody(rw, r, &req); err != nil {
+		writeError(rw, err)
+		return
+	}
+	if err := w.checkModel(req.Model); err != nil {
+		writeError(rw, err)
+		return
+	}
+	maxTokens, err := req.maxTokens(defaultChatMaxTokens)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	tokens, hash, err := chatPrompt(req.Messages)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	spec := genSpec{prompt: tokens, hash: hash, maxTokens: maxTokens, ignoreEOS: req.IgnoreEOS, seed: req.seed()}
+	w.serveGeneration(rw, r, true, req.genParams, []genSpec{spec})
+}
+
+func (w *Worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
+	var req completionRequest
+	if err := decodeBody(rw, r, &req); err != nil {
+		writeError(rw, err)
+		return
+	}
+	if err := w.checkModel(req.Model); err != nil {
+		writeError(rw, err)
+		return
+	}
+	maxTokens, err := req.maxTokens(defaultCompletionMaxTokens)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	prompts, err := parsePrompts("prompt", req.Prompt)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	specs := make([]genSpec, len(prompts))
+	for i, p := range prompts {
+		specs[i] = genSpec{prompt: p.tokens, hash: p.hash, maxTokens: maxTokens, ignoreEOS: req.IgnoreEOS, seed: req.seed()}
+	}
+	w.serveGeneration(rw, r, false, req.genParams, specs)
+}
+
+func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
+	writeJSON(rw, http.StatusOK, modelList{
+		Object: "list",
+		Data:   []modelCard{{ID: w.model, Object: "model", Created: w.wall0.Unix(), OwnedBy: "sluice-gpuworker"}},
+	})
+}
+
+// handleHealth answers 200 while the worker accepts work, like vLLM's
+// /health, and 503 once Run has stopped.
+func (w *Worker) handleHealth(rw http.ResponseWriter, _ *http.Request) {
+	w.mu.Lock()
+	stopped := w.stopped
+	w.mu.Unlock()
+	if stopped {
+		writeError(rw, ErrStopped)
+		return
+	}
+	rw.WriteHeader(http.StatusOK)
+}

@@ -1,0 +1,13 @@
+// Package policies holds the routing contract and the registry of named
+// policies. A Picker chooses one endpoint for a request from endpoints the
+// router has already filtered (available, not tripped, not full), so a policy
+// only chooses.
+//
+// Contracts: Pick reads only atomics and immutable snapshots and allocates
+// nothing; a Factory decodes its parameters strictly and names a bad one.
+// Implementations live in subpackages (policies/roundrobin, ...);
+// policies/all is the one list of built-ins, registered explicitly from main.
+//
+// This package may import backends for the read-only endpoint view; it must
+// never import the router.
+package policies

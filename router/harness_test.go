@@ -1,0 +1,118 @@
+package router_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/gpuworker"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/leastrequest"
+	"github.com/sluice-llm/sluice/policies/roundrobin"
+	"github.com/sluice-llm/sluice/router"
+	"github.com/sluice-llm/sluice/router/proxy"
+)
+
+// worker is a real simulated GPU worker on loopback.
+type worker struct {
+	*gpuworker.Worker
+	srv *httptest.Server
+}
+
+func startWorker(t *testing.T, model, profile string, speedup float64) *worker {
+	t.Helper()
+	w, err := gpuworker.New(gpuworker.Options{Model: model, Profile: profile, Speedup: speedup})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	srv := httptest.NewServer(w.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return &worker{Worker: w, srv: srv}
+}
+
+// deadURL is a loopback address nothing listens on.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	u := srv.URL
+	srv.Close()
+	return u
+}
+
+type sluice struct {
+	*router.Router
+	srv       *httptest.Server
+	endpoints map[string]*backends.Endpoint
+}
+
+type routeSpec struct {
+	model  string
+	policy string
+	urls   []string
+}
+
+func startSluice(t *testing.T, opts router.Options, specs ...routeSpec) *sluice {
+	t.Helper()
+	s := &sluice{endpoints: map[string]*backends.Endpoint{}}
+	var routes []*router.Route
+	for _, sp := range specs {
+		var eps []*backends.Endpoint
+		for _, u := range sp.urls {
+			e, err := backends.NewEndpoint(u, 1)
+			require.NoError(t, err)
+			eps = append(eps, e)
+			s.endpoints[u] = e
+		}
+		pool, err := backends.NewPool(sp.model, eps)
+		require.NoError(t, err)
+		var picker policies.Picker
+		switch sp.policy {
+		case roundrobin.Name:
+			picker, err = roundrobin.New(nil)
+		default:
+			picker, err = leastrequest.New(nil)
+		}
+		require.NoError(t, err)
+		routes = append(routes, &router.Route{Pool: pool, Picker: picker, Policy: sp.policy})
+	}
+	table, err := router.NewTable(routes)
+	require.NoError(t, err)
+	opts.Table = table
+	tr := proxy.NewTransport(proxy.TransportOptions{ResponseHeaderTimeout: 10 * time.Second})
+	opts.Transport = tr
+	rt, err := router.New(opts)
+	require.NoError(t, err)
+	s.Router = rt
+	s.srv = httptest.NewServer(rt.Handler())
+	t.Cleanup(func() {
+		s.srv.Close()
+		tr.CloseIdleConnections()
+	})
+	return s
+}
+
+// client is the official OpenAI Go client pointed at Sluice, without
+// client-side retries so every status is seen as sent.
+func (s *sluice) client(t *testing.T) openai.Client {
+	t.Helper()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return openai.NewClient(
+		option.WithBaseURL(s.srv.URL+"/v1/"),
+		option.WithAPIKey("unused"),
+		option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{Transport: tr}),
+	)
+}

@@ -1,0 +1,42 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the router's collectors. Labels stay low-cardinality: model
+// names and backend addresses come from the config, never from clients.
+type metrics struct {
+	requests *prometheus.CounterVec   // model, route, code
+	duration *prometheus.HistogramVec // model, route
+	attempts *prometheus.CounterVec   // backend, outcome
+	inFlight *prometheus.GaugeVec     // backend
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_http_requests_total",
+			Help: "Inference requests answered, by model, route and status code.",
+		}, []string{"model", "route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_http_request_duration_seconds",
+			Help:    "Time from request arrival to the end of the answer, by model and route.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"model", "route"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_attempts_total",
+			Help: "Attempts sent to backends, by backend and outcome (ok, unreachable, timeout, failed, client_gone).",
+		}, []string{"backend", "outcome"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_upstream_in_flight_requests",
+			Help: "Requests this replica has open to each backend.",
+		}, []string{"backend"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

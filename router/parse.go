@@ -1,0 +1,73 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// inferenceRequest holds the few fields of an OpenAI request body that
+// routing needs. The body itself is forwarded untouched.
+type inferenceRequest struct {
+	Model               string         `json:"model"`
+	Stream              bool           `json:"stream"`
+	MaxTokens           *int           `json:"max_tokens"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	User                string         `json:"user"`
+	StreamOptions       *streamOptions `json:"stream_options"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// parsed is a request after parsing: its routing fields and an estimate of
+// its size in tokens.
+type parsed struct {
+	model        string
+	stream       bool
+	maxTokens    int
+	user         string
+	promptTokens int
+}
+
+// bytesPerToken is the rough prompt estimate used until a tokenizer-aware
+// count exists: about four bytes of JSON per token.
+const bytesPerToken = 4
+
+// parseInference validates body as a JSON object carrying a model name and
+// returns its routing fields, or an *APIError naming the problem.
+func parseInference(body []byte) (parsed, *APIError) {
+	var f inferenceRequest
+	if err := json.Unmarshal(body, &f); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return parsed{}, badRequest(typeErr.Field, "invalid_type",
+				fmt.Sprintf("invalid type for %q: expected %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value))
+		}
+		return parsed{}, badRequest("", "invalid_json",
+			fmt.Sprintf("We could not parse the JSON body of your request: %v", err))
+	}
+	if f.Model == "" {
+		return parsed{}, badRequest("model", "missing_required_parameter",
+			"you must provide a model parameter")
+	}
+	p := parsed{model: f.Model, stream: f.Stream, user: f.User, promptTokens: len(body) / bytesPerToken}
+	switch {
+	case f.MaxCompletionTokens != nil:
+		p.maxTokens = *f.MaxCompletionTokens
+	case f.MaxTokens != nil:
+		p.maxTokens = *f.MaxTokens
+	}
+	if p.maxTokens < 0 {
+		return parsed{}, badRequest("max_tokens", "invalid_value", "max_tokens must be at least 1")
+	}
+	return p, nil
+}
+
+// bodyTooLarge is the 413 for a body over the configured limit.
+func bodyTooLarge(limit int64) *APIError {
+	return &APIError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
+		Message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit)}
+}

@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+)
+
+// Outcome classifies a failed attempt.
+type Outcome int
+
+// Outcomes of a failed attempt, from the caller's point of view.
+const (
+	// Unreachable: the backend could not be connected to; nothing was sent,
+	// so another endpoint may be tried and this one held out.
+	Unreachable Outcome = iota + 1
+	// Timeout: no response headers arrived in time. The backend may still be
+	// working on the request, so it is not retried.
+	Timeout
+	// Failed: the backend failed after the request was sent.
+	Failed
+	// ClientGone: the client cancelled; nothing should be written.
+	ClientGone
+)
+
+// AttemptError is a failed attempt about which nothing has been written to
+// the client.
+type AttemptError struct {
+	Outcome Outcome
+	Err     error
+}
+
+func (e *AttemptError) Error() string { return fmt.Sprintf("upstream attempt: %v", e.Err) }
+func (e *AttemptError) Unwrap() error { return e.Err }
+
+// Options configures a Proxy.
+type Options struct {
+	// Transport carries upstream requests. Required.
+	Transport http.RoundTripper
+	// Logger receives copy errors. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Proxy forwards requests to a given base URL.
+type Proxy struct {
+	transport http.RoundTripper
+	errorLog  *log.Logger
+	buffers   bufferPool
+}
+
+// New returns a Proxy.
+func New(o Options) (*Proxy, error) {
+	if o.Transport == nil {
+		return nil, errors.New("proxy: nil Transport")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Proxy{
+		transport: o.Transport,
+		errorLog:  slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		buffers:   bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}},
+	}, nil
+}
+
+// Forward sends r, with body as its payload, to target (a base URL whose path
+// prefixes the request path) and copies the response to w, flushing every
+// event of a stream as it arrives. It returns nil when a response was
+// relayed (whatever its status), or an *AttemptError when nothing was
+// written to w. A failure after the response started panics with
+// http.ErrAbortHandler, as httputil.ReverseProxy does, so the server aborts
+// the client connection.
+func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL, body []byte) error {
+	var attemptErr error
+	rp := httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+			pr.Out.Body = io.NopCloser(bytes.NewReader(body))
+			pr.Out.ContentLength = int64(len(body))
+			pr.Out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+			pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+			pr.SetXForwarded()
+		},
+		Transport:  p.transport,
+		BufferPool: &p.buffers,
+		ErrorLog:   p.errorLog,
+		ModifyResponse: func(res *http.Response) error {
+			// The router owns the request ID; a backend's own must not duplicate it.
+			res.Header.Del("X-Request-Id")
+			return nil
+		},
+		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
+			attemptErr = err
+		},
+	}
+	rp.ServeHTTP(w, r)
+	if attemptErr == nil {
+		return nil
+	}
+	return &AttemptError{Outcome: classify(r.Context(), attemptErr), Err: attemptErr}
+}
+
+func classify(ctx context.Context, err error) Outcome {
+	if ctx.Err() != nil {
+		return ClientGone
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return Unreachable
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return Timeout
+	}
+	return Failed
+}
+
+// bufferPool shares copy buffers between attempts.
+type bufferPool struct{ pool sync.Pool }
+
+func (b *bufferPool) Get() []byte  { return *(b.pool.Get().(*[]byte)) }
+func (b *bufferPool) Put(v []byte) { b.pool.Put(&v) }

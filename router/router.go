@@ -1,0 +1,177 @@
+package router
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/router/middleware"
+	"github.com/sluice-llm/sluice/router/proxy"
+)
+
+// Route is one served model: its backend pool and the policy that picks
+// from it.
+type Route struct {
+	Pool   *backends.Pool
+	Picker policies.Picker
+	// Policy is the policy's config name, for logs and metrics.
+	Policy string
+}
+
+// Table is an immutable routing table: model name to route. A reload builds
+// a new Table and swaps it in whole.
+type Table struct {
+	routes map[string]*Route
+	order  []string
+}
+
+// NewTable builds a table from routes, keyed by their pools' model names, in
+// the order given (the order /v1/models lists them).
+func NewTable(routes []*Route) (*Table, error) {
+	t := &Table{routes: make(map[string]*Route, len(routes))}
+	for _, r := range routes {
+		if r == nil || r.Pool == nil || r.Picker == nil {
+			return nil, errors.New("router: route needs a pool and a picker")
+		}
+		m := r.Pool.Model()
+		if _, dup := t.routes[m]; dup {
+			return nil, errors.New("router: model " + m + " routed twice")
+		}
+		t.routes[m] = r
+		t.order = append(t.order, m)
+	}
+	return t, nil
+}
+
+// Options configures a Router. Zero fields mean the documented defaults.
+type Options struct {
+	// Table is the initial routing table. Required.
+	Table *Table
+	// MaxBodyBytes caps a request body (413 beyond). Default 10 MiB.
+	MaxBodyBytes int64
+	// Retries is how many other endpoints are tried after one that could not
+	// be reached. Zero means none.
+	Retries int
+	// Cooldown is how long an unreachable endpoint is held out. Default 2s.
+	Cooldown time.Duration
+	// Transport carries upstream requests. Default: proxy.NewTransport with
+	// its defaults.
+	Transport http.RoundTripper
+	// Logger for errors and transitions. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics is where the router registers its collectors, served on
+	// /metrics. Default: a new private registry.
+	Metrics *prometheus.Registry
+	// TracerProvider for request spans. Default: no-op.
+	TracerProvider trace.TracerProvider
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Router serves the OpenAI API in front of the backend pools.
+type Router struct {
+	table    atomic.Pointer[Table]
+	maxBody  int64
+	retries  int
+	cooldown time.Duration
+	proxy    *proxy.Proxy
+	log      *slog.Logger
+	metrics  *metrics
+	registry *prometheus.Registry
+	tracer   trace.TracerProvider
+	now      func() time.Time
+	created  int64
+}
+
+// New validates o and returns a Router.
+func New(o Options) (*Router, error) {
+	if o.Table == nil {
+		return nil, errors.New("router: nil Table")
+	}
+	if o.MaxBodyBytes < 0 || o.Retries < 0 || o.Cooldown < 0 {
+		return nil, errors.New("router: MaxBodyBytes, Retries and Cooldown must not be negative")
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = 10 << 20
+	}
+	if o.Cooldown == 0 {
+		o.Cooldown = 2 * time.Second
+	}
+	if o.Transport == nil {
+		o.Transport = proxy.NewTransport(proxy.TransportOptions{})
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = prometheus.NewRegistry()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	px, err := proxy.New(proxy.Options{Transport: o.Transport, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(o.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	rt := &Router{
+		maxBody:  o.MaxBodyBytes,
+		retries:  o.Retries,
+		cooldown: o.Cooldown,
+		proxy:    px,
+		log:      o.Logger,
+		metrics:  m,
+		registry: o.Metrics,
+		tracer:   o.TracerProvider,
+		now:      o.Now,
+		created:  o.Now().Unix(),
+	}
+	rt.table.Store(o.Table)
+	return rt, nil
+}
+
+// SetTable swaps in a new routing table; requests in flight finish on the
+// table they started with.
+func (rt *Router) SetTable(t *Table) {
+	if t != nil {
+		rt.table.Store(t)
+	}
+}
+
+// Handler returns the HTTP handler with every route and middleware.
+func (rt *Router) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, middleware.Recoverer(rt.log),
+		middleware.Tracing(middleware.TracingOptions{Provider: rt.tracer}))
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found",
+			Message: "no such route"})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest,
+			Code: "method_not_allowed", Message: "method not allowed on this route"})
+	})
+	r.Get("/healthz", rt.healthz)
+	r.Get("/readyz", rt.readyz)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(rt.registry, promhttp.HandlerOpts{}))
+	r.Route("/v1", func(r chi.Router) {
+		r.Get("/models", rt.listModels)
+		r.Get("/models/{model}", rt.getModel)
+		r.Post("/chat/completions", rt.inference)
+		r.Post("/completions", rt.inference)
+		r.Post("/embeddings", rt.inference)
+	})
+	return r
+}
