@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
@@ -99,6 +101,9 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 
 // attempt sends one request to ep, keeping its in-flight count.
 func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, body []byte) (err error) {
+	ctx, span := rt.attempts.Start(r.Context(), "upstream", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("sluice.backend", ep.Address())))
+	r = r.WithContext(ctx)
 	g := rt.metrics.inFlight.WithLabelValues(ep.Address())
 	ep.Begin()
 	g.Inc()
@@ -107,6 +112,8 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		g.Dec()
 		ep.End()
 		rt.metrics.attempts.WithLabelValues(ep.Address(), outcome).Inc()
+		span.SetAttributes(attribute.String("sluice.outcome", outcome))
+		span.End()
 	}()
 	err = rt.proxy.Forward(w, r, ep.URL(), body)
 	outcome = outcomeLabel(err)

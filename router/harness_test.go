@@ -26,7 +26,7 @@ type worker struct {
 	srv *httptest.Server
 }
 
-func startWorker(t *testing.T, model, profile string, speedup float64) *worker {
+func startWorker(t testing.TB, model, profile string, speedup float64) *worker {
 	t.Helper()
 	w, err := gpuworker.New(gpuworker.Options{Model: model, Profile: profile, Speedup: speedup})
 	require.NoError(t, err)
@@ -43,7 +43,7 @@ func startWorker(t *testing.T, model, profile string, speedup float64) *worker {
 }
 
 // deadURL is a loopback address nothing listens on.
-func deadURL(t *testing.T) string {
+func deadURL(t testing.TB) string {
 	t.Helper()
 	srv := httptest.NewServer(http.NotFoundHandler())
 	u := srv.URL
@@ -63,7 +63,7 @@ type routeSpec struct {
 	urls   []string
 }
 
-func startSluice(t *testing.T, opts router.Options, specs ...routeSpec) *sluice {
+func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice {
 	t.Helper()
 	s := &sluice{endpoints: map[string]*backends.Endpoint{}}
 	var routes []*router.Route
@@ -85,7 +85,7 @@ func startSluice(t *testing.T, opts router.Options, specs ...routeSpec) *sluice 
 			picker, err = leastrequest.New(nil)
 		}
 		require.NoError(t, err)
-		routes = append(routes, &router.Route{Pool: pool, Picker: picker, Policy: sp.policy})
+		routes = append(routes, &router.Route{Pool: pool, Picker: picker})
 	}
 	table, err := router.NewTable(routes)
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func startSluice(t *testing.T, opts router.Options, specs ...routeSpec) *sluice 
 
 // client is the official OpenAI Go client pointed at Sluice, without
 // client-side retries so every status is seen as sent.
-func (s *sluice) client(t *testing.T) openai.Client {
+func (s *sluice) client(t testing.TB) openai.Client {
 	t.Helper()
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)

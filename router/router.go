@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
@@ -23,8 +24,6 @@ import (
 type Route struct {
 	Pool   *backends.Pool
 	Picker policies.Picker
-	// Policy is the policy's config name, for logs and metrics.
-	Policy string
 }
 
 // Table is an immutable routing table: model name to route. A reload builds
@@ -88,6 +87,7 @@ type Router struct {
 	metrics  *metrics
 	registry *prometheus.Registry
 	tracer   trace.TracerProvider
+	attempts trace.Tracer
 	now      func() time.Time
 	created  int64
 }
@@ -118,7 +118,10 @@ func New(o Options) (*Router, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	px, err := proxy.New(proxy.Options{Transport: o.Transport, Logger: o.Logger})
+	if o.TracerProvider == nil {
+		o.TracerProvider = noop.NewTracerProvider()
+	}
+	px, err := proxy.New(proxy.Options{Transport: o.Transport, Logger: o.Logger, Inject: injectTraceContext})
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +138,7 @@ func New(o Options) (*Router, error) {
 		metrics:  m,
 		registry: o.Metrics,
 		tracer:   o.TracerProvider,
+		attempts: o.TracerProvider.Tracer("github.com/sluice-llm/sluice/router"),
 		now:      o.Now,
 		created:  o.Now().Unix(),
 	}

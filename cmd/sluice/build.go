@@ -55,7 +55,7 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 			errs = append(errs, &configs.FieldError{Field: p, Message: err.Error()})
 			continue
 		}
-		routes = append(routes, &router.Route{Pool: pool, Picker: picker, Policy: m.Policy})
+		routes = append(routes, &router.Route{Pool: pool, Picker: picker})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

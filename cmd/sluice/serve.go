@@ -93,8 +93,20 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if err := metrics.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return err
 	}
+	tp, shutdownTracing, err := setupTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			o.log.Warn("flushing traces", "err", err)
+		}
+	}()
 	ropts := routerOptions(cfg, table)
 	ropts.Logger = o.log
+	ropts.TracerProvider = tp
 	ropts.Metrics = metrics
 	ropts.Transport = proxy.NewTransport(proxy.TransportOptions{
 		DialTimeout:           cfg.Upstream.DialTimeout.Std(),
@@ -120,7 +132,10 @@ func runServer(ctx context.Context, o serverOptions) error {
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.log.Handler(), slog.LevelWarn),
 	}
-	o.log.Info("sluice listening", "addr", ln.Addr().String(), "models", len(cfg.Models))
+	for _, m := range cfg.Models {
+		o.log.Info("serving model", "model", m.Name, "policy", m.Policy, "backends", len(m.Backends))
+	}
+	o.log.Info("sluice listening", "addr", ln.Addr().String())
 	if o.ready != nil {
 		o.ready <- ln.Addr().String()
 	}

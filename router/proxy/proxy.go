@@ -49,11 +49,15 @@ type Options struct {
 	Transport http.RoundTripper
 	// Logger receives copy errors. Nil means slog.Default().
 	Logger *slog.Logger
+	// Inject, if set, adds headers to each upstream request from its
+	// context (trace propagation).
+	Inject func(ctx context.Context, h http.Header)
 }
 
 // Proxy forwards requests to a given base URL.
 type Proxy struct {
 	transport http.RoundTripper
+	inject    func(context.Context, http.Header)
 	errorLog  *log.Logger
 	buffers   bufferPool
 }
@@ -68,6 +72,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	return &Proxy{
 		transport: o.Transport,
+		inject:    o.Inject,
 		errorLog:  slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 		buffers:   bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}},
 	}, nil
@@ -91,6 +96,9 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 			pr.Out.Header.Set("Content-Length", strconv.Itoa(len(body)))
 			pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 			pr.SetXForwarded()
+			if p.inject != nil {
+				p.inject(pr.Out.Context(), pr.Out.Header)
+			}
 		},
 		Transport:  p.transport,
 		BufferPool: &p.buffers,
