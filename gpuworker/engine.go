@@ -29,8 +29,10 @@ type seq struct {
 	output    int
 	generated int
 	computed  int
-	blocks    int
-	scheduled int // tokens in the step in flight
+	blocks    []int32  // KV blocks, in prompt order
+	hashes    []uint64 // chained hashes of the prompt's full blocks
+	hashed    int      // leading blocks whose hash is registered
+	scheduled int      // tokens in the step in flight
 	state     seqState
 }
 
@@ -53,10 +55,19 @@ func blocksFor(tokens int) int { return (tokens + BlockSize - 1) / BlockSize }
 // and it goes back to the front of the queue, to be prefilled again later
 // (vLLM's recompute preemption). No request is admitted in a step that
 // preempted.
+//
+// Prefix caching follows vLLM's automatic prefix caching. A request's
+// BlockHashes name its full prompt blocks; when it is admitted, the longest
+// run of leading blocks already in the cache is shared (reference-counted)
+// instead of allocated, and prefill starts at the first uncached token
+// (always leaving at least one token to compute). A block's hash is
+// registered once its tokens have been computed. Blocks of finished,
+// cancelled and preempted requests stay cached while free and are evicted
+// least recently freed first when their space is needed. Cached tokens cost
+// no prefill time but are read as context.
 type Engine struct {
-	prof        Profile
-	totalBlocks int
-	freeBlocks  int
+	prof Profile
+	kv   *blockPool
 
 	running []*seq
 	waiting queue
@@ -70,6 +81,8 @@ type Engine struct {
 	promptTokens int64
 	genTokens    int64
 	preemptions  int64
+	cacheQueries int64
+	cacheHits    int64
 }
 
 // NewEngine returns an idle engine for the profile.
@@ -77,12 +90,10 @@ func NewEngine(p Profile) (*Engine, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("gpuworker: new engine: %w", err)
 	}
-	blocks := p.KVBlocks()
 	return &Engine{
-		prof:        p,
-		totalBlocks: blocks,
-		freeBlocks:  blocks,
-		byID:        make(map[uint64]*seq),
+		prof: p,
+		kv:   newBlockPool(p.KVBlocks()),
+		byID: make(map[uint64]*seq),
 	}, nil
 }
 
@@ -98,10 +109,14 @@ func (e *Engine) Submit(r Request) error {
 	if _, ok := e.byID[r.ID]; ok {
 		return fmt.Errorf("request %d: %w", r.ID, ErrDuplicateID)
 	}
-	if need := blocksFor(r.PromptTokens + r.OutputTokens); need > e.totalBlocks {
-		return fmt.Errorf("request %d needs %d blocks of %d: %w", r.ID, need, e.totalBlocks, ErrTooLong)
+	if need := blocksFor(r.PromptTokens + r.OutputTokens); need > e.kv.total {
+		return fmt.Errorf("request %d needs %d blocks of %d: %w", r.ID, need, e.kv.total, ErrTooLong)
 	}
-	s := &seq{id: r.ID, prompt: r.PromptTokens, output: r.OutputTokens, state: stateWaiting}
+	hashes := r.BlockHashes
+	if full := r.PromptTokens / BlockSize; len(hashes) > full {
+		hashes = hashes[:full]
+	}
+	s := &seq{id: r.ID, prompt: r.PromptTokens, output: r.OutputTokens, hashes: hashes, state: stateWaiting}
 	e.byID[r.ID] = s
 	e.waiting.pushBack(s)
 	return nil
@@ -127,8 +142,7 @@ func (e *Engine) Cancel(id uint64) bool {
 			}
 		}
 	}
-	e.freeBlocks += s.blocks
-	s.blocks = 0
+	e.release(s)
 	s.state = stateGone
 	return true
 }
@@ -149,20 +163,23 @@ func (e *Engine) Next() (time.Time, bool) {
 
 // Load reports the engine's queue, batch and cache use.
 func (e *Engine) Load() Load {
-	used := e.totalBlocks - e.freeBlocks
+	used := e.kv.used()
 	var usage float64
-	if e.totalBlocks > 0 {
-		usage = float64(used) / float64(e.totalBlocks)
+	if e.kv.total > 0 {
+		usage = float64(used) / float64(e.kv.total)
 	}
 	return Load{
-		Waiting:          e.waiting.len(),
-		Running:          len(e.running),
-		KVUsage:          usage,
-		KVBlocksUsed:     used,
-		KVBlocksTotal:    e.totalBlocks,
-		PromptTokens:     e.promptTokens,
-		GenerationTokens: e.genTokens,
-		Preemptions:      e.preemptions,
+		Waiting:            e.waiting.len(),
+		Running:            len(e.running),
+		KVUsage:            usage,
+		KVBlocksUsed:       used,
+		KVBlocksTotal:      e.kv.total,
+		KVBlocksCached:     e.kv.cachedBlocks(),
+		PromptTokens:       e.promptTokens,
+		GenerationTokens:   e.genTokens,
+		Preemptions:        e.preemptions,
+		PrefixCacheQueries: e.cacheQueries,
+		PrefixCacheHits:    e.cacheHits,
 	}
 }
 
@@ -201,6 +218,7 @@ func (e *Engine) complete(dst []Event) []Event {
 			continue // cancelled while the step ran
 		}
 		s.computed += n
+		e.registerBlocks(s)
 		if s.computed < s.known() {
 			continue // prefill chunk, more to come
 		}
@@ -215,8 +233,7 @@ func (e *Engine) complete(dst []Event) []Event {
 		if s.generated >= s.output {
 			dst = append(dst, Event{Time: e.stepEnd, ID: s.id, Kind: EventFinished, Tokens: s.generated})
 			delete(e.byID, s.id)
-			e.freeBlocks += s.blocks
-			s.blocks = 0
+			e.release(s)
 			s.state = stateGone
 			finished = true
 		}
@@ -239,53 +256,50 @@ func (e *Engine) complete(dst []Event) []Event {
 // schedule plans a step starting at start and reports whether it did.
 func (e *Engine) schedule(start time.Time) bool {
 	budget := e.prof.MaxBatchedTokens
-	tokens, ctx := 0, 0
+	var w StepWork
 	preempted := false
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
 		n := min(s.known()-s.computed, budget)
-		need := blocksFor(s.computed+n) - s.blocks
-		for need > e.freeBlocks && s.state == stateRunning {
+		need := blocksFor(s.computed+n) - len(s.blocks)
+		for need > e.kv.free() && s.state == stateRunning {
 			e.preemptNewest()
 			preempted = true
 		}
 		if s.state != stateRunning {
 			break // s preempted itself; everything after it is gone too
 		}
-		if need > 0 {
-			e.freeBlocks -= need
-			s.blocks += need
+		for range need {
+			s.blocks = append(s.blocks, e.kv.alloc())
 		}
-		s.scheduled = n
+		e.plan(&w, s, n)
 		budget -= n
-		tokens += n
-		ctx += s.computed + n
-		e.batch = append(e.batch, s)
 	}
 	for !preempted && budget > 0 && len(e.running) < e.prof.MaxNumSeqs && e.waiting.len() > 0 {
 		s := e.waiting.front()
-		need := blocksFor(s.known())
-		if need > e.freeBlocks {
+		hit, revive := e.cacheHit(s)
+		if blocksFor(s.known())-hit+revive > e.kv.free() {
 			break
 		}
 		e.waiting.popFront()
-		e.freeBlocks -= need
-		s.blocks = need
-		s.state = stateRunning
-		n := min(s.known(), budget)
-		s.scheduled = n
-		budget -= n
-		tokens += n
-		ctx += n
+		e.admit(s, hit)
+		e.plan(&w, s, min(s.known()-s.computed, budget))
+		budget -= s.scheduled
 		e.running = append(e.running, s)
-		e.batch = append(e.batch, s)
 	}
 	if len(e.batch) == 0 {
 		return false
 	}
 	e.busy = true
-	e.stepEnd = start.Add(e.prof.StepTime(tokens, ctx))
+	e.stepEnd = start.Add(e.prof.StepDuration(w))
 	return true
+}
+
+// plan adds n tokens of s to the step in flight.
+func (e *Engine) plan(w *StepWork, s *seq, n int) {
+	s.scheduled = n
+	w.add(n, s.computed)
+	e.batch = append(e.batch, s)
 }
 
 // preemptNewest sends the most recently admitted running request back to the
@@ -295,8 +309,7 @@ func (e *Engine) preemptNewest() {
 	s := e.running[last]
 	e.running[last] = nil
 	e.running = e.running[:last]
-	e.freeBlocks += s.blocks
-	s.blocks = 0
+	e.release(s)
 	s.computed = 0
 	s.state = stateWaiting
 	e.waiting.pushFront(s)

@@ -25,17 +25,25 @@ func smallProfile() Profile {
 func checkInvariants(t *testing.T, e *Engine) {
 	t.Helper()
 	require.LessOrEqual(t, len(e.running), e.prof.MaxNumSeqs, "max_num_seqs")
-	used := 0
+	refs := map[int32]int32{}
 	for _, s := range e.running {
-		used += s.blocks
+		for _, b := range s.blocks {
+			refs[b]++
+		}
 		require.Equal(t, stateRunning, s.state)
-		require.GreaterOrEqual(t, s.blocks, blocksFor(s.computed), "KV must hold computed tokens")
+		require.GreaterOrEqual(t, len(s.blocks), blocksFor(s.computed), "KV must hold computed tokens")
+		require.LessOrEqual(t, s.hashed, len(s.blocks))
 	}
 	for i := range e.waiting.len() {
-		require.Zero(t, e.waiting.at(i).blocks, "waiting requests hold no blocks")
+		require.Empty(t, e.waiting.at(i).blocks, "waiting requests hold no blocks")
 	}
-	require.Equal(t, e.totalBlocks-e.freeBlocks, used, "block accounting")
-	require.LessOrEqual(t, used, e.totalBlocks, "KV over capacity")
+	used := len(refs) // shared blocks count once
+	for b, n := range refs {
+		require.Equal(t, n, e.kv.ref[b], "block %d reference count", b)
+	}
+	require.Equal(t, e.kv.used(), used, "block accounting")
+	require.LessOrEqual(t, used, e.kv.total, "KV over capacity")
+	require.Equal(t, e.kv.cachedBlocks(), len(e.kv.byHash)-countHeld(e), "cached free blocks are the hashed ones nobody holds")
 	scheduled := 0
 	for _, s := range e.batch {
 		scheduled += s.scheduled
@@ -44,6 +52,17 @@ func checkInvariants(t *testing.T, e *Engine) {
 	l := e.Load()
 	require.GreaterOrEqual(t, l.KVUsage, 0.0)
 	require.LessOrEqual(t, l.KVUsage, 1.0)
+}
+
+// countHeld counts hashed blocks that a running request holds.
+func countHeld(e *Engine) int {
+	n := 0
+	for _, b := range e.kv.byHash {
+		if e.kv.ref[b] > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // drive runs the engine to completion at the times Next reports, checking

@@ -11,6 +11,12 @@ type Request struct {
 	PromptTokens int
 	// OutputTokens is exactly how many tokens to generate, at least 1.
 	OutputTokens int
+	// BlockHashes are the chained hashes of the prompt's full BlockSize-token
+	// blocks (see HashTokenBlocks and HashIDBlocks), used by the prefix
+	// cache. Nil disables prefix caching for the request; hashes beyond the
+	// prompt's full blocks are ignored. The engine keeps the slice, so the
+	// caller must not modify it afterwards.
+	BlockHashes []uint64
 }
 
 // EventKind says what happened to a request at the end of a step.
@@ -59,8 +65,12 @@ type Load struct {
 	Running int
 	// KVUsage is the fraction of KV-cache blocks in use, 0..1.
 	KVUsage float64
-	// KVBlocksUsed and KVBlocksTotal are the raw block counts.
+	// KVBlocksUsed and KVBlocksTotal are the raw block counts; a block
+	// shared by several requests counts once. Free blocks that still hold a
+	// cached prefix are not used.
 	KVBlocksUsed, KVBlocksTotal int
+	// KVBlocksCached counts free blocks that still hold a reusable prefix.
+	KVBlocksCached int
 	// PromptTokens counts the prompt tokens of requests that reached their
 	// first token (like vllm:prompt_tokens_total).
 	PromptTokens int64
@@ -68,4 +78,9 @@ type Load struct {
 	GenerationTokens int64
 	// Preemptions counts running requests sent back to the queue.
 	Preemptions int64
+	// PrefixCacheQueries and PrefixCacheHits count, in tokens, the known
+	// tokens of admitted requests that carried block hashes and how many of
+	// them were found in the prefix cache (like vllm:prefix_cache_queries
+	// and vllm:prefix_cache_hits). Requests without hashes are not counted.
+	PrefixCacheQueries, PrefixCacheHits int64
 }

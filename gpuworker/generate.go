@@ -3,6 +3,7 @@ package gpuworker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -22,6 +23,9 @@ type generation struct {
 	created int64
 	params  genParams
 	job     *job
+
+	latch      *crashLatch // the worker's crash latch when the request arrived
+	stallAfter int         // Faults.StallAfter when the request arrived
 }
 
 func (c choice) finishReason() string {
@@ -52,13 +56,19 @@ func usageOf(choices []choice) usage {
 // serveGeneration submits specs, waits on the engine and writes the answer,
 // streamed or whole. Leaving early, for any reason, cancels the engine work.
 func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, chat bool, p genParams, specs []genSpec) {
+	latch := w.latch.Load()
+	faults := w.faults.Load().f
+	if !w.addLatency(r.Context(), rw, faults.AddedLatency) {
+		return
+	}
+	stallAfter := faults.StallAfter
 	j, err := w.submit(specs)
 	if err != nil {
 		writeError(rw, err)
 		return
 	}
 	defer w.release(j)
-	g := &generation{chat: chat, created: time.Now().Unix(), params: p, job: j}
+	g := &generation{chat: chat, created: time.Now().Unix(), params: p, job: j, latch: latch, stallAfter: stallAfter}
 	prefix := "cmpl-"
 	if chat {
 		prefix = "chatcmpl-"
@@ -68,7 +78,15 @@ func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, chat b
 		w.stream(r.Context(), rw, g)
 		return
 	}
-	snap, ok := w.await(r.Context(), j, nil, func(cs []choice) bool {
+	if stallAfter > 0 {
+		// Nothing reaches the client before the whole answer, so a stall
+		// anywhere means no answer at all.
+		if err := w.hold(r.Context(), nil); errors.Is(err, ErrStopped) {
+			writeError(rw, err)
+		}
+		return
+	}
+	snap, st := w.await(r.Context(), g, nil, func(cs []choice) bool {
 		for _, c := range cs {
 			if !c.done {
 				return false
@@ -76,32 +94,44 @@ func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, chat b
 		}
 		return true
 	})
-	if !ok {
-		if snap != nil {
-			writeError(rw, ErrStopped)
-		}
-		return
+	switch st {
+	case awaitReady:
+		writeJSON(rw, http.StatusOK, w.whole(g, snap))
+	case awaitStopped:
+		writeError(rw, ErrStopped)
+	case awaitCrashed:
+		panic(http.ErrAbortHandler)
 	}
-	writeJSON(rw, http.StatusOK, w.whole(g, snap))
 }
 
-// await blocks until ready accepts the job's progress. It returns false with
-// a nil slice when ctx ends, and false with the snapshot when the worker
-// stopped.
-func (w *Worker) await(ctx context.Context, j *job, snap []choice, ready func([]choice) bool) ([]choice, bool) {
+// awaitStatus says why await returned.
+type awaitStatus int
+
+const (
+	awaitReady   awaitStatus = iota // the condition holds
+	awaitGone                       // the client left
+	awaitStopped                    // Run stopped
+	awaitCrashed                    // the worker crashed (Faults.CrashAfter)
+)
+
+// await blocks until ready accepts the job's progress, the client leaves,
+// the worker stops or it crashes, and returns the latest snapshot.
+func (w *Worker) await(ctx context.Context, g *generation, snap []choice, ready func([]choice) bool) ([]choice, awaitStatus) {
 	for {
 		var aborted bool
-		snap, aborted = w.snapshot(j, snap)
+		snap, aborted = w.snapshot(g.job, snap)
 		if aborted {
-			return snap, false
+			return snap, awaitStopped
 		}
 		if ready(snap) {
-			return snap, true
+			return snap, awaitReady
 		}
 		select {
-		case <-j.notify:
+		case <-g.job.notify:
 		case <-ctx.Done():
-			return nil, false
+			return snap, awaitGone
+		case <-g.latch.ch:
+			return snap, awaitCrashed
 		}
 	}
 }
@@ -142,9 +172,10 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 	}
 	var snap []choice
 	sent := make([]int, len(g.job.choices))
+	total := 0
 	for {
-		var ok bool
-		snap, ok = w.await(ctx, g.job, snap, func(cs []choice) bool {
+		var st awaitStatus
+		snap, st = w.await(ctx, g, snap, func(cs []choice) bool {
 			for i, c := range cs {
 				if c.tokens > sent[i] {
 					return true
@@ -152,12 +183,20 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 			}
 			return false
 		})
-		if !ok {
-			return // client gone or worker stopped: cut the stream
+		switch st {
+		case awaitGone, awaitStopped:
+			return // cut the stream
+		case awaitCrashed:
+			panic(http.ErrAbortHandler)
 		}
 		done := true
 		for i, c := range snap {
 			for ; sent[i] < c.tokens; sent[i]++ {
+				if g.stallAfter > 0 && total >= g.stallAfter {
+					_ = w.hold(ctx, nil) // until the client leaves or the worker stops
+					return
+				}
+				total++
 				if g.chat && sent[i] == 0 {
 					// Like OpenAI and vLLM, a chat stream opens with a
 					// chunk that carries the role and no content.

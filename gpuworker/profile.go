@@ -91,25 +91,60 @@ func (p Profile) KVTokens() int {
 // KVBlocks returns the KV-cache capacity in BlockSize-token blocks.
 func (p Profile) KVBlocks() int { return p.KVTokens() / BlockSize }
 
-// StepTime returns the duration of one engine step that processes tokens
-// tokens (prefill chunks plus one per decoding sequence) for sequences whose
-// contexts sum to contextTokens:
+// StepWork sums the work of one engine step. The zero value is an empty
+// step; add each scheduled sequence with add.
+type StepWork struct {
+	// Tokens is the number of tokens computed: prefill chunks plus one per
+	// decoding sequence.
+	Tokens int
+	// ContextTokens is the sum over sequences of the tokens whose KV the
+	// step reads or writes (tokens already cached plus the new ones).
+	ContextTokens int
+	// AttnWork is the sum over sequences of n*(n+2h) for n new tokens after
+	// h cached ones; attention costs 2*L*d*AttnWork FLOPs.
+	AttnWork float64
+}
+
+// add counts one sequence computing n new tokens after h cached ones.
+func (w *StepWork) add(n, h int) {
+	w.Tokens += n
+	w.ContextTokens += h + n
+	w.AttnWork += float64(n) * float64(n+2*h)
+}
+
+// StepDuration returns the duration of one engine step (GPU-FACTS §3):
 //
 //	t_mem  = (W + kv*ctx) / TP / (eta_bw*BW)
-//	t_comp = 2*P*tokens / (TP*MFU*F)
+//	t_comp = (2*P*tokens + 2*L*d*sum(n*(n+2h))) / (TP*MFU*F)
 //	t      = max(t_mem, t_comp) + t_fixed
 //
 // A term whose hardware figure is zero counts as zero, so the instant profile
-// costs nothing.
-func (p Profile) StepTime(tokens, contextTokens int) time.Duration {
+// costs nothing. It does not allocate.
+func (p Profile) StepDuration(w StepWork) time.Duration {
 	var tMem, tComp float64
 	if bw := p.EtaBW * p.BandwidthBytes; bw > 0 {
-		tMem = (p.WeightBytes + p.KVBytesPerToken*float64(contextTokens)) / p.tp() / bw
+		tMem = (p.WeightBytes + p.KVBytesPerToken*float64(w.ContextTokens)) / p.tp() / bw
 	}
 	if f := p.tp() * p.MFU * p.FLOPS; f > 0 {
-		tComp = 2 * p.Params * float64(tokens) / f
+		flops := 2*p.Params*float64(w.Tokens) + 2*float64(p.Layers)*float64(p.Hidden)*w.AttnWork
+		tComp = flops / f
 	}
 	return time.Duration(math.Max(tMem, tComp)*float64(time.Second)) + p.StepOverhead
+}
+
+// StepTime returns the duration of a step of tokens tokens over contexts
+// summing to contextTokens, without the attention term; StepDuration is the
+// full model.
+func (p Profile) StepTime(tokens, contextTokens int) time.Duration {
+	return p.StepDuration(StepWork{Tokens: tokens, ContextTokens: contextTokens})
+}
+
+// PrefillTime returns the duration of one step that prefills n prompt
+// tokens after h cached ones, with nothing else in the batch.
+func (p Profile) PrefillTime(n, h int) time.Duration {
+	var w StepWork
+	w.add(n, h)
+	return p.StepDuration(w)
 }
 
 // DecodeCeiling returns the single-stream decode rate in tokens/s: one

@@ -136,28 +136,36 @@ func messageText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// chatPrompt returns the prompt size and hash of a chat request.
-func chatPrompt(msgs []chatMessage) (int, uint64, error) {
+// chatPrompt returns the prompt size, hash and block hashes of a chat
+// request.
+func chatPrompt(msgs []chatMessage) (prompt, error) {
 	if len(msgs) == 0 {
-		return 0, 0, invalidRequest("messages", "messages must not be empty")
+		return prompt{}, invalidRequest("messages", "messages must not be empty")
 	}
 	parts := make([]string, 0, 2*len(msgs))
+	roles := make([]string, 0, len(msgs))
 	contents := make([]string, 0, len(msgs))
 	for i, m := range msgs {
 		text, err := messageText(m.Content)
 		if err != nil {
-			return 0, 0, invalidRequest(fmt.Sprintf("messages[%d].content", i), "invalid content: %v", err)
+			return prompt{}, invalidRequest(fmt.Sprintf("messages[%d].content", i), "invalid content: %v", err)
 		}
+		roles = append(roles, m.Role)
 		contents = append(contents, text)
 		parts = append(parts, m.Role, text)
 	}
-	return CountChatTokens(contents), hashStrings(parts), nil
+	return prompt{
+		tokens: CountChatTokens(contents),
+		hash:   hashStrings(parts),
+		blocks: HashTextBlocks(chatBlockText(roles, contents)),
+	}, nil
 }
 
 // prompt is one prompt's simulated size and identity.
 type prompt struct {
 	tokens int
 	hash   uint64
+	blocks []uint64 // chained block hashes for the prefix cache
 }
 
 // parsePrompts accepts OpenAI's prompt and input forms: a string, a list of
@@ -191,7 +199,7 @@ func parsePrompts(param string, raw json.RawMessage) ([]prompt, error) {
 			if err := json.Unmarshal(raw, &ids); err != nil {
 				return bad(err)
 			}
-			return []prompt{{tokens: len(ids), hash: hashTokens(ids)}}, nil
+			return []prompt{idsPrompt(ids)}, nil
 		}
 		for _, it := range items {
 			it = bytes.TrimSpace(it)
@@ -210,7 +218,7 @@ func parsePrompts(param string, raw json.RawMessage) ([]prompt, error) {
 			if len(ids) == 0 {
 				return nil, invalidRequest(param, "%s contains an empty token list", param)
 			}
-			out = append(out, prompt{tokens: len(ids), hash: hashTokens(ids)})
+			out = append(out, idsPrompt(ids))
 		}
 	default:
 		return bad(errors.New("unexpected JSON type"))
@@ -219,5 +227,9 @@ func parsePrompts(param string, raw json.RawMessage) ([]prompt, error) {
 }
 
 func textPrompt(s string) prompt {
-	return prompt{tokens: CountTokens(s), hash: hashStrings([]string{s})}
+	return prompt{tokens: CountTokens(s), hash: hashStrings([]string{s}), blocks: HashTextBlocks(s)}
+}
+
+func idsPrompt(ids []int) prompt {
+	return prompt{tokens: len(ids), hash: hashTokens(ids), blocks: HashTokenBlocks(ids)}
 }

@@ -11,12 +11,18 @@ import (
 // routes builds the worker's HTTP API.
 func (w *Worker) routes(reg *prometheus.Registry) http.Handler {
 	r := chi.NewRouter()
-	r.Post("/v1/chat/completions", w.handleChat)
-	r.Post("/v1/completions", w.handleCompletions)
-	r.Post("/v1/embeddings", w.handleEmbeddings)
-	r.Get("/v1/models", w.handleModels)
+	r.Use(w.crashGate)
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(w.countCrash)
+		r.With(w.injectErrors).Post("/chat/completions", w.handleChat)
+		r.With(w.injectErrors).Post("/completions", w.handleCompletions)
+		r.Post("/embeddings", w.handleEmbeddings)
+		r.Get("/models", w.handleModels)
+	})
 	r.Get("/health", w.handleHealth)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	r.Get("/admin/faults", w.handleGetFaults)
+	r.Put("/admin/faults", w.handlePutFaults)
 	return r
 }
 
@@ -35,12 +41,12 @@ func (w *Worker) handleChat(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, err)
 		return
 	}
-	tokens, hash, err := chatPrompt(req.Messages)
+	p, err := chatPrompt(req.Messages)
 	if err != nil {
 		writeError(rw, err)
 		return
 	}
-	spec := genSpec{prompt: tokens, hash: hash, maxTokens: maxTokens, ignoreEOS: req.IgnoreEOS, seed: req.seed()}
+	spec := genSpec{prompt: p.tokens, hash: p.hash, blocks: p.blocks, maxTokens: maxTokens, ignoreEOS: req.IgnoreEOS, seed: req.seed()}
 	w.serveGeneration(rw, r, true, req.genParams, []genSpec{spec})
 }
 
@@ -66,7 +72,7 @@ func (w *Worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
 	}
 	specs := make([]genSpec, len(prompts))
 	for i, p := range prompts {
-		specs[i] = genSpec{prompt: p.tokens, hash: p.hash, maxTokens: maxTokens, ignoreEOS: req.IgnoreEOS, seed: req.seed()}
+		specs[i] = genSpec{prompt: p.tokens, hash: p.hash, blocks: p.blocks, maxTokens: maxTokens, ignoreEOS: req.IgnoreEOS, seed: req.seed()}
 	}
 	w.serveGeneration(rw, r, false, req.genParams, specs)
 }
@@ -74,8 +80,15 @@ func (w *Worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
 func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
 	writeJSON(rw, http.StatusOK, modelList{
 		Object: "list",
-		Data:   []modelCard{{ID: w.model, Object: "model", Created: w.wall0.Unix(), OwnedBy: "sluice-gpuworker"}},
+		Data: []modelCard{{ID: w.model, Object: "model", Created: w.wall0.Unix(), OwnedBy: "sluice-gpuworker",
+			MaxLen: w.maxModelLen()}},
 	})
+}
+
+// maxModelLen is the longest request (prompt plus output) the engine
+// accepts: the whole KV cache.
+func (w *Worker) maxModelLen() int {
+	return w.prof.KVBlocks() * BlockSize
 }
 
 // handleHealth answers 200 while the worker accepts work, like vLLM's

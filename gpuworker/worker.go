@@ -27,8 +27,22 @@ type Options struct {
 	// Speedup makes simulated time run this many times faster than the
 	// wall clock; 0 means 1.
 	Speedup float64
-	// Seed varies the pseudo-random output lengths and texts; default 0.
+	// Seed varies the pseudo-random output lengths and texts and the
+	// choice of requests that get injected errors; default 0.
 	Seed int64
+	// CustomProfile, when not nil, is simulated instead of the profile named
+	// by Profile (for profiles loaded from a file); it must pass Validate.
+	CustomProfile *Profile
+	// Dialect picks the metric names /metrics exports: DialectVLLM (the
+	// default, also for ""), DialectSGLang or DialectTGI.
+	Dialect string
+	// Faults are the failures to inject from the start; the zero value
+	// injects none. See Faults and /admin/faults.
+	Faults Faults
+	// OnCrash, if not nil, is called once each time the worker crashes
+	// (Faults.CrashAfter), from the request goroutine that tripped it. It
+	// must not block; cmd/gpuworker closes the worker's server from it.
+	OnCrash func()
 }
 
 // Worker is a simulated OpenAI-compatible inference server: an Engine driven
@@ -43,15 +57,25 @@ type Worker struct {
 	seed    int64
 	handler http.Handler
 	wake    chan struct{}
+	done    chan struct{} // closed when Run stops
 	started atomic.Bool
 	wall0   time.Time
+	met     *metrics
+	onCrash func()
 
-	mu      sync.Mutex
-	engine  *Engine
-	pending map[uint64]pendingRef
-	nextID  uint64
-	stopped bool
-	events  []Event
+	faults atomic.Pointer[faultState]
+	latch  atomic.Pointer[crashLatch]
+	rolls  atomic.Uint64
+
+	mu        sync.Mutex
+	engine    *Engine
+	pending   map[uint64]pendingRef
+	nextID    uint64
+	stopped   bool
+	events    []Event
+	tput      rateWindow
+	requests  int64
+	successes int64
 }
 
 // job is one HTTP request's generation: one choice per prompt. Its choices
@@ -71,6 +95,8 @@ type choice struct {
 	key    uint64
 	tokens int
 	done   bool
+
+	arrived, first, last time.Time // simulated times, for metrics
 }
 
 type pendingRef struct {
@@ -86,12 +112,15 @@ func New(opts Options) (*Worker, error) {
 	if opts.Speedup < 0 {
 		return nil, fmt.Errorf("gpuworker: Options.Speedup must not be negative, got %v", opts.Speedup)
 	}
-	name := opts.Profile
-	if name == "" {
-		name = InstantProfile
-	}
-	prof, err := LookupProfile(name)
+	prof, err := opts.profile()
 	if err != nil {
+		return nil, err
+	}
+	d, err := lookupDialect(opts.Dialect)
+	if err != nil {
+		return nil, err
+	}
+	if err := opts.Faults.Validate(); err != nil {
 		return nil, err
 	}
 	eng, err := NewEngine(prof)
@@ -104,19 +133,35 @@ func New(opts Options) (*Worker, error) {
 		speedup: opts.Speedup,
 		seed:    opts.Seed,
 		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
 		wall0:   time.Now(),
+		onCrash: opts.OnCrash,
 		engine:  eng,
 		pending: make(map[uint64]pendingRef),
 	}
 	if w.speedup == 0 {
 		w.speedup = 1
 	}
+	w.faults.Store(&faultState{f: opts.Faults})
+	w.latch.Store(newCrashLatch())
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(newCollector(w)); err != nil {
-		return nil, fmt.Errorf("gpuworker: register metrics: %w", err)
+	if w.met, err = newMetrics(reg, d, w); err != nil {
+		return nil, err
 	}
 	w.handler = w.routes(reg)
 	return w, nil
+}
+
+// profile returns the profile the options select.
+func (o Options) profile() (Profile, error) {
+	if o.CustomProfile != nil {
+		return *o.CustomProfile, nil
+	}
+	name := o.Profile
+	if name == "" {
+		name = InstantProfile
+	}
+	return LookupProfile(name)
 }
 
 // Handler returns the worker's HTTP API.
@@ -133,6 +178,18 @@ func (w *Worker) Load() Load {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.engine.Load()
+}
+
+// scrape reads everything /metrics reports in one critical section.
+func (w *Worker) scrape() scrape {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return scrape{
+		load:       w.engine.Load(),
+		throughput: w.tput.rate(w.virtualNow()),
+		requests:   w.requests,
+		successes:  w.successes,
+	}
 }
 
 // Run drives the engine until ctx is done, then fails the requests still in
@@ -183,8 +240,13 @@ func (w *Worker) advance() (time.Duration, bool) {
 		}
 		c := &ref.job.choices[ref.index]
 		c.tokens = ev.Tokens
-		if ev.Kind == EventFinished {
+		w.met.observe(w.prof, c, ev)
+		switch ev.Kind {
+		case EventFirstToken, EventToken:
+			w.tput.add(ev.Time, 1)
+		case EventFinished:
 			c.done = true
+			w.successes++
 			delete(w.pending, ev.ID)
 		}
 		signal(ref.job.notify)
@@ -202,6 +264,7 @@ func (w *Worker) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stopped = true
+	close(w.done)
 	for id, ref := range w.pending {
 		w.engine.Cancel(id)
 		ref.job.aborted = true
@@ -217,6 +280,7 @@ type genSpec struct {
 	maxTokens int
 	ignoreEOS bool
 	seed      int64
+	blocks    []uint64 // prefix-cache block hashes
 }
 
 // submit queues one engine request per spec and returns their job.
@@ -227,23 +291,27 @@ func (w *Worker) submit(specs []genSpec) (*job, error) {
 	if w.stopped {
 		return nil, ErrStopped
 	}
+	now := w.virtualNow()
 	for i, s := range specs {
 		w.nextID++
 		key := s.hash ^ uint64(w.seed) ^ mix(uint64(s.seed))
 		c := choice{
-			id:     w.nextID,
-			prompt: s.prompt,
-			max:    s.maxTokens,
-			target: outputLength(s.hash, w.seed^s.seed, s.maxTokens, s.ignoreEOS),
-			key:    key,
+			id:      w.nextID,
+			prompt:  s.prompt,
+			max:     s.maxTokens,
+			target:  outputLength(s.hash, w.seed^s.seed, s.maxTokens, s.ignoreEOS),
+			key:     key,
+			arrived: now,
 		}
-		if err := w.engine.Submit(Request{ID: c.id, PromptTokens: c.prompt, OutputTokens: c.target}); err != nil {
+		req := Request{ID: c.id, PromptTokens: c.prompt, OutputTokens: c.target, BlockHashes: s.blocks}
+		if err := w.engine.Submit(req); err != nil {
 			w.cancelLocked(j, i)
 			return nil, err
 		}
 		j.choices[i] = c
 		w.pending[c.id] = pendingRef{job: j, index: i}
 	}
+	w.requests += int64(len(specs))
 	signal(w.wake)
 	return j, nil
 }

@@ -2,7 +2,13 @@
 // OpenAI-compatible server with vLLM metrics on its own port.
 //
 //	gpuworker --listen 127.0.0.1:9001 --count 4 --model llama3-8b --profile h100-llama3-8b --speedup 10
-//	gpuworker --list-profiles
+//	gpuworker --list-profiles [--profiles extra.yaml]
+//	gpuworker --model m --dialect sglang --error-rate 0.1 --added-latency 200ms --stall-after 50 --crash-after 1000
+//
+// --dialect picks the metric names on /metrics (vllm, sglang, tgi). The
+// fault flags set gpuworker.Faults at start; PUT /admin/faults changes them
+// on a live worker. --crash-after closes that worker's server abruptly
+// (listener and connections) once it has had that many /v1 requests.
 //
 // Workers listen on consecutive ports starting at the --listen port. The
 // process stops cleanly on SIGINT or SIGTERM. It only wires flags to package

@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,6 +42,11 @@ func TestBadFlags(t *testing.T) {
 		{"bad listen", []string{"--model", "m", "--listen", "nope"}},
 		{"unknown profile", []string{"--model", "m", "--listen", "127.0.0.1:0", "--profile", "tpu"}},
 		{"unknown flag", []string{"--bogus"}},
+		{"unknown dialect", []string{"--model", "m", "--listen", "127.0.0.1:0", "--dialect", "triton"}},
+		{"error rate above one", []string{"--model", "m", "--error-rate", "2"}},
+		{"bad error status", []string{"--model", "m", "--error-status", "404"}},
+		{"negative stall", []string{"--model", "m", "--stall-after", "-1"}},
+		{"missing profiles file", []string{"--model", "m", "--profiles", "/nonexistent/profiles.yaml"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,4 +79,85 @@ func TestServeAndShutdown(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 	cancel()
 	assert.Equal(t, 0, <-code)
+}
+
+// startServe runs serve with args in the background and returns the worker
+// addresses; cleanup stops it and checks it exited cleanly.
+func startServe(t *testing.T, args ...string) []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	addrs := make(chan []string, 1)
+	code := make(chan int, 1)
+	go func() {
+		code <- serve(ctx, append([]string{"--listen", "127.0.0.1:0", "--model", "m"}, args...),
+			io.Discard, io.Discard, func(a []string) { addrs <- a })
+	}()
+	var got []string
+	select {
+	case got = <-addrs:
+	case c := <-code:
+		t.Fatalf("serve exited with %d", c)
+	}
+	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
+		cancel()
+		assert.Equal(t, 0, <-code)
+	})
+	return got
+}
+
+func TestDialectFlag(t *testing.T) {
+	addr := startServe(t, "--dialect", "tgi")[0]
+	res, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	assert.Contains(t, string(body), "tgi_queue_size 0")
+	assert.NotContains(t, string(body), "vllm:")
+}
+
+func TestCrashAfterClosesServer(t *testing.T) {
+	addr := startServe(t, "--crash-after", "1")[0]
+	post := func() (*http.Response, error) {
+		return http.Post("http://"+addr+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"m","prompt":"hi","max_tokens":3}`))
+	}
+	res, err := post()
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	_, err = post()
+	require.Error(t, err, "the second request crashes the worker")
+	// The listener is gone: new connections are refused.
+	require.Eventually(t, func() bool {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err != nil
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+func TestProfilesFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "profiles.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("profiles:\n  - name: h200-llama3-8b\n    base: h100-llama3-8b\n    gpu: H200 SXM\n    hbm_bytes: 141e9\n    bandwidth_bytes_per_s: 4.8e12\n"), 0o600))
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, serve(t.Context(), []string{"--profiles", path, "--list-profiles"}, &out, &errOut, nil), errOut.String())
+	assert.Contains(t, out.String(), "h200-llama3-8b")
+	assert.Contains(t, out.String(), "h100-llama3-8b")
+
+	addr := startServe(t, "--profiles", path, "--profile", "h200-llama3-8b", "--speedup", "1000")[0]
+	res, err := http.Get("http://" + addr + "/v1/models")
+	require.NoError(t, err)
+	var models struct {
+		Data []struct {
+			MaxModelLen int `json:"max_model_len"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&models))
+	require.NoError(t, res.Body.Close())
+	require.Len(t, models.Data, 1)
+	assert.Positive(t, models.Data[0].MaxModelLen)
 }

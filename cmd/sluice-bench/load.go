@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,7 @@ type loadFlags struct {
 	outputMax, maxContext int
 	timeout               time.Duration
 	quiet                 bool
+	timeScale             float64
 }
 
 func newLoadFlagSet(f *loadFlags, stderr io.Writer) *flag.FlagSet {
@@ -79,6 +81,7 @@ Flags:
 	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
 	fs.DurationVar(&f.timeout, "request-timeout", 10*time.Minute, "fail a request that takes longer than this (0 = no limit)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line on stderr")
+	fs.Float64Var(&f.timeScale, "time-scale", 1, "compress arrivals this many times and report latencies and throughputs rescaled to simulated time; use against gpuworkers run with --speedup of the same value")
 	return fs
 }
 
@@ -123,7 +126,8 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
-	res := runner.Run(ctx, reqs)
+	res := runner.Run(ctx, compressArrivals(reqs, f.timeScale))
+	res = rescaleResult(res, f.timeScale)
 	if res.Interrupted {
 		fmt.Fprintf(stderr, "sluice-bench load: interrupted; reporting the %d requests sent\n", len(res.Samples))
 	}
@@ -168,6 +172,9 @@ func (f *loadFlags) validate() error {
 	}
 	if f.trace == "" && f.traceFormat != "" {
 		errs = append(errs, errors.New("--trace-format needs --trace"))
+	}
+	if !(f.timeScale > 0) || math.IsInf(f.timeScale, 0) {
+		errs = append(errs, errors.New("--time-scale must be a positive number"))
 	}
 	return errors.Join(errs...)
 }

@@ -126,7 +126,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"no command", nil, exitUsage, "Usage: sluice-bench"},
-		{"unknown command", []string{"simulate"}, exitUsage, `unknown command "simulate"`},
+		{"unknown command", []string{"replay"}, exitUsage, `unknown command "replay"`},
 		{"missing flags", []string{"load"}, exitUsage, "--target is required\n--model is required\n--rate must be positive"},
 		{"bad flag", []string{"load", "--rate", "fast"}, exitUsage, "invalid value"},
 		{"extra arg", []string{"load", "--target", "http://x", "--model", "m", "--rate", "1", "oops"}, exitUsage, `unexpected argument "oops"`},

@@ -47,6 +47,10 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "load":
 		return loadCmd(ctx, args[1:], stdout, stderr)
+	case "validate":
+		return validateCmd(args[1:], stdout, stderr)
+	case "simulate":
+		return simulateCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
@@ -63,6 +67,10 @@ func usage(w io.Writer) {
 Commands:
   load    send open-loop load to a live OpenAI-compatible endpoint and report
           TTFT, TPOT, ITL and end-to-end latency (vLLM benchmark_serving metrics)
+  validate  run the simulated engine against published GPU benchmarks and
+          print simulated vs published TTFT, ITL and throughput
+  simulate  simulate a fleet in virtual time with Sluice's real routing policies
+          and print the same report per policy
 
 Run "sluice-bench <command> -h" for the command's flags.
 `)

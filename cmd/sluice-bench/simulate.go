@@ -1,0 +1,430 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-llm/sluice/cmd/sluice-bench/report"
+	"github.com/sluice-llm/sluice/configs"
+	"github.com/sluice-llm/sluice/gpuworker/fleet"
+	"github.com/sluice-llm/sluice/gpuworker/workload"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/all"
+)
+
+// Simulation defaults.
+const (
+	defaultSimRequests = 10_000
+	defaultSimLoad     = 0.8 // offered load for --synthetic without --load
+	defaultPolicyAlias = "default"
+	oracleName         = "oracle"
+)
+
+// simFlags holds the parsed flags of "sluice-bench simulate".
+type simFlags struct {
+	fleet                string
+	trace, traceFormat   string
+	synthetic            bool
+	policies             string
+	oracle               bool
+	load                 float64
+	requests, routers    int
+	seed                 uint64
+	jsonOut              string
+	maxContext           int
+	promptMean, promptSD float64
+	promptMax            int
+	outputMean, outputSD float64
+	outputMax            int
+	goodTTFT, goodTPOT   time.Duration
+	perWorker            bool
+}
+
+func newSimFlagSet(f *simFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice-bench simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: sluice-bench simulate --fleet SPEC (--trace FILE | --synthetic) [--policy P[,P...]] [flags]
+
+Simulates the fleet in virtual time, routing every request with Sluice's real
+policy code, and prints the same report as "load" per policy, plus goodput,
+per-group utilization and the prefix-cache hit ratio. The fleet spec is
+comma-separated COUNTxPROFILE groups, e.g. 4xh100-llama3-8b,8xl4-llama3-8b
+(profiles: gpuworker --list-profiles). A trace keeps its own timing unless
+--load rescales it; --synthetic generates Poisson arrivals at --load times
+the estimated capacity (default 0.8).
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.fleet, "fleet", "", "fleet `spec`, e.g. 4xh100-llama3-8b,8xl4-llama3-8b (required)")
+	fs.StringVar(&f.trace, "trace", "", "replay this trace `file` (Azure CSV or Mooncake JSONL)")
+	fs.StringVar(&f.traceFormat, "trace-format", "", "trace format: azure or mooncake; default from the file extension")
+	fs.BoolVar(&f.synthetic, "synthetic", false, "generate a synthetic Poisson workload instead of a trace")
+	fs.StringVar(&f.policies, "policy", defaultPolicyAlias, "comma-separated routing `policies` to compare; \"default\" is Sluice's default ("+configs.DefaultPolicy+")")
+	fs.BoolVar(&f.oracle, "oracle", false, "add a row for the ideal central scheduler with perfect knowledge of every engine")
+	fs.Float64Var(&f.load, "load", 0, "scale arrivals so the offered load is this multiple of the estimated capacity (0 keeps a trace's timing; synthetic default 0.8)")
+	fs.IntVar(&f.requests, "requests", 0, "simulate at most this many requests (synthetic default 10000; 0 = the whole trace)")
+	fs.IntVar(&f.routers, "routers", 1, "split arrivals round-robin across this many independent router replicas, each with its own in-flight view")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload")
+	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to `file`")
+	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
+	fs.Float64Var(&f.promptMean, "prompt-mean", defaultPromptMean, "synthetic prompt length mean in tokens")
+	fs.Float64Var(&f.promptSD, "prompt-sigma", 0.5, "synthetic prompt length log-normal sigma (0 = constant)")
+	fs.IntVar(&f.promptMax, "prompt-max", 8192, "synthetic prompt length maximum")
+	fs.Float64Var(&f.outputMean, "output-mean", defaultOutputMean, "synthetic output length mean in tokens")
+	fs.Float64Var(&f.outputSD, "output-sigma", 0.5, "synthetic output length log-normal sigma (0 = constant)")
+	fs.IntVar(&f.outputMax, "output-max", 2048, "synthetic output length maximum")
+	fs.DurationVar(&f.goodTTFT, "goodput-ttft", time.Second, "goodput counts requests with TTFT at most this")
+	fs.DurationVar(&f.goodTPOT, "goodput-tpot", 100*time.Millisecond, "goodput counts requests with TPOT at most this")
+	fs.BoolVar(&f.perWorker, "per-worker", false, "print one line per worker instead of per fleet group")
+	return fs
+}
+
+// validate reports every bad flag combination at once.
+func (f *simFlags) validate() error {
+	var errs []error
+	if f.fleet == "" {
+		errs = append(errs, errors.New("--fleet is required"))
+	}
+	if (f.trace == "") == !f.synthetic {
+		errs = append(errs, errors.New("give exactly one of --trace and --synthetic"))
+	}
+	if f.load < 0 || math.IsInf(f.load, 0) || math.IsNaN(f.load) {
+		errs = append(errs, errors.New("--load must be a non-negative number"))
+	}
+	if f.requests < 0 || f.maxContext < 0 {
+		errs = append(errs, errors.New("--requests and --max-context must not be negative"))
+	}
+	if f.routers < 1 {
+		errs = append(errs, errors.New("--routers must be at least 1"))
+	}
+	if f.trace == "" && f.traceFormat != "" {
+		errs = append(errs, errors.New("--trace-format needs --trace"))
+	}
+	return errors.Join(errs...)
+}
+
+// simulateCmd runs "sluice-bench simulate".
+func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f simFlags
+	fs := newSimFlagSet(&f, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice-bench simulate: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if err := f.validate(); err != nil {
+		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+		return exitUsage
+	}
+	spec, err := fleet.ParseSpec(f.fleet)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+		return exitUsage
+	}
+	names, err := f.policyNames()
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+		return exitUsage
+	}
+	reg := policies.NewRegistry()
+	if err := all.Register(reg); err != nil {
+		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+		return exitError
+	}
+	for _, n := range names {
+		if n == oracleName {
+			continue
+		}
+		if _, err := reg.New(n, nil); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+			return exitUsage
+		}
+	}
+
+	reqs, capacity, err := f.workload(spec, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+		return exitError
+	}
+
+	out := simOutput{Fleet: spec.String(), Workers: spec.Workers(), Routers: f.routers, CapacityEstimate: capacity, Requests: len(reqs)}
+	samples := make([]report.Sample, len(reqs))
+	for _, name := range names {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "sluice-bench simulate: interrupted")
+			return exitInterrupted
+		}
+		opts := fleet.Options{Spec: spec, Oracle: name == oracleName}
+		if !opts.Oracle {
+			for range f.routers {
+				p, err := reg.New(name, nil)
+				if err != nil {
+					fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+					return exitError
+				}
+				opts.Pickers = append(opts.Pickers, p)
+			}
+		}
+		start := time.Now()
+		res, err := fleet.Run(opts, reqs)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %s: %v\n", name, err)
+			return exitError
+		}
+		fmt.Fprintf(stderr, "sluice-bench simulate: %s: %d requests on %d workers in %.2fs wall\n",
+			name, len(reqs), spec.Workers(), time.Since(start).Seconds())
+		row := summarizeSim(name, spec, res, samples, f.goodTTFT, f.goodTPOT)
+		if err := row.write(stdout, res, f.perWorker); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+			return exitError
+		}
+		out.Results = append(out.Results, row)
+	}
+	if len(out.Results) > 1 {
+		if err := writeComparison(stdout, out.Results); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+			return exitError
+		}
+	}
+	if f.jsonOut != "" {
+		if err := writeJSONFile(f.jsonOut, out.writeJSON); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+			return exitError
+		}
+	}
+	return exitOK
+}
+
+// policyNames expands --policy and --oracle into the rows to simulate.
+func (f *simFlags) policyNames() ([]string, error) {
+	var names []string
+	for n := range strings.SplitSeq(f.policies, ",") {
+		n = strings.TrimSpace(n)
+		switch n {
+		case "":
+			continue
+		case defaultPolicyAlias:
+			n = configs.DefaultPolicy
+		}
+		names = append(names, n)
+	}
+	if f.oracle {
+		names = append(names, oracleName)
+	}
+	if len(names) == 0 {
+		return nil, errors.New("--policy names no policy")
+	}
+	return names, nil
+}
+
+// workload builds the requests, estimates the fleet's capacity for them and
+// applies --load.
+func (f *simFlags) workload(spec fleet.Spec, stderr io.Writer) ([]workload.Request, float64, error) {
+	var (
+		reqs []workload.Request
+		err  error
+	)
+	load := f.load
+	if f.synthetic {
+		n := f.requests
+		if n == 0 {
+			n = defaultSimRequests
+		}
+		if load == 0 {
+			load = defaultSimLoad
+		}
+		reqs, err = workload.Synthetic(workload.SyntheticOptions{
+			Rate:   1, // rescaled to the load below
+			Count:  n,
+			Prompt: workload.LengthDist{Mean: f.promptMean, Sigma: f.promptSD, Max: f.promptMax},
+			Output: workload.LengthDist{Mean: f.outputMean, Sigma: f.outputSD, Max: f.outputMax},
+			Seed:   f.seed,
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+	} else {
+		if reqs, err = readTrace(f.trace, f.traceFormat); err != nil {
+			return nil, 0, err
+		}
+		var dropped int
+		reqs, dropped = workload.DropLonger(reqs, f.maxContext)
+		if dropped > 0 {
+			fmt.Fprintf(stderr, "sluice-bench simulate: dropped %d requests longer than %d tokens\n", dropped, f.maxContext)
+		}
+		reqs = workload.Limit(reqs, f.requests)
+	}
+	if len(reqs) == 0 {
+		return nil, 0, errors.New("the workload has no requests")
+	}
+	capacity := fleet.EstimateCapacity(spec, reqs)
+	fmt.Fprintf(stderr, "sluice-bench simulate: fleet %s: estimated capacity %.2f req/s for this workload\n", spec, capacity)
+	if load > 0 {
+		if math.IsInf(capacity, 0) || capacity <= 0 {
+			return nil, 0, fmt.Errorf("--load needs a finite capacity estimate, got %v", capacity)
+		}
+		if rate := workload.Summarize(reqs).RatePerSec; rate > 0 {
+			reqs = workload.Scale(reqs, load*capacity/rate)
+		}
+	}
+	s := workload.Summarize(reqs)
+	fmt.Fprintf(stderr, "sluice-bench simulate: %d requests over %.1fs (%.2f req/s, %.2fx capacity), mean prompt %.1f, mean output %.1f tokens\n",
+		s.Requests, s.Duration.Seconds(), s.RatePerSec, s.RatePerSec/capacity, s.PromptMean, s.OutputMean)
+	return reqs, capacity, nil
+}
+
+// simOutput is the JSON document of a simulate run.
+type simOutput struct {
+	Fleet            string      `json:"fleet"`
+	Workers          int         `json:"workers"`
+	Routers          int         `json:"routers"`
+	Requests         int         `json:"requests"`
+	CapacityEstimate float64     `json:"capacity_estimate"`
+	Results          []simResult `json:"results"`
+}
+
+func (o simOutput) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(o); err != nil {
+		return fmt.Errorf("write simulate json: %w", err)
+	}
+	return nil
+}
+
+// simResult is one policy's row: the load report's keys plus the
+// simulator's extras.
+type simResult struct {
+	Policy string `json:"policy"`
+	report.Report
+	Goodput        float64     `json:"goodput"`
+	PrefixHitRatio float64     `json:"prefix_hit_ratio"`
+	Utilization    float64     `json:"utilization"`
+	Groups         []groupStat `json:"groups"`
+}
+
+// groupStat summarizes one fleet group's workers.
+type groupStat struct {
+	Profile        string  `json:"profile"`
+	Workers        int     `json:"workers"`
+	Requests       int     `json:"requests"`
+	UtilMean       float64 `json:"utilization_mean"`
+	UtilMin        float64 `json:"utilization_min"`
+	UtilMax        float64 `json:"utilization_max"`
+	PrefixHitRatio float64 `json:"prefix_hit_ratio"`
+	Preemptions    int64   `json:"preemptions"`
+}
+
+// summarizeSim turns a fleet.Result into a report row. samples is scratch
+// space of len(res.Requests), reused between policies. Inter-token latency
+// comes from the simulator's streaming histogram, not from the samples.
+func summarizeSim(name string, spec fleet.Spec, res *fleet.Result, samples []report.Sample, ttft, tpot time.Duration) simResult {
+	for i, o := range res.Requests {
+		samples[i] = report.Sample{
+			OK: o.OK, Err: o.Err,
+			PromptTokens: o.PromptTokens, OutputTokens: o.OutputTokens,
+			TTFT: o.TTFT, E2E: o.E2E,
+		}
+	}
+	row := simResult{
+		Policy:         name,
+		Report:         report.Summarize(samples, res.Elapsed),
+		Goodput:        res.Goodput(ttft, tpot),
+		PrefixHitRatio: res.PrefixHitRatio(),
+	}
+	row.ITL = histDist(res.ITL)
+	w := 0
+	var busy float64
+	for _, g := range spec {
+		gs := groupStat{Profile: g.Profile.Name, Workers: g.Count, UtilMin: math.Inf(1)}
+		var q, h int64
+		for _, ws := range res.Workers[w : w+g.Count] {
+			gs.Requests += ws.Requests
+			gs.UtilMean += ws.Utilization / float64(g.Count)
+			gs.UtilMin = min(gs.UtilMin, ws.Utilization)
+			gs.UtilMax = max(gs.UtilMax, ws.Utilization)
+			gs.Preemptions += ws.Preemptions
+			q += ws.PrefixQueries
+			h += ws.PrefixHits
+			busy += ws.Utilization
+		}
+		if q > 0 {
+			gs.PrefixHitRatio = float64(h) / float64(q)
+		}
+		row.Groups = append(row.Groups, gs)
+		w += g.Count
+	}
+	row.Utilization = busy / float64(len(res.Workers))
+	return row
+}
+
+// histDist converts the simulator's ITL histogram to a report distribution.
+func histDist(h *fleet.Histogram) report.Dist {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return report.Dist{Mean: ms(h.Mean()), P50: ms(h.Quantile(0.5)), P90: ms(h.Quantile(0.9)), P99: ms(h.Quantile(0.99))}
+}
+
+// write prints the row: a title, the load report table, then the extras.
+func (r simResult) write(w io.Writer, res *fleet.Result, perWorker bool) error {
+	if _, err := fmt.Fprintf(w, "\nPolicy: %s\n", r.Policy); err != nil {
+		return fmt.Errorf("write simulate table: %w", err)
+	}
+	if err := r.WriteTable(w); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Goodput (req/s, TTFT and TPOT SLO):\t%.2f\n", r.Goodput)
+	fmt.Fprintf(tw, "Prefix-cache hit ratio:\t%.4f\n", r.PrefixHitRatio)
+	fmt.Fprintf(tw, "Fleet utilization:\t%.4f\n", r.Utilization)
+	if perWorker {
+		fmt.Fprintln(tw, "worker\tprofile\trequests\tutilization\tprefix hits\tpreemptions")
+		for i, ws := range res.Workers {
+			ratio := 0.0
+			if ws.PrefixQueries > 0 {
+				ratio = float64(ws.PrefixHits) / float64(ws.PrefixQueries)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%.4f\t%.4f\t%d\n", i, ws.Profile, ws.Requests, ws.Utilization, ratio, ws.Preemptions)
+		}
+	} else {
+		fmt.Fprintln(tw, "group\tworkers\trequests\tutil mean\tmin\tmax\tprefix hits\tpreemptions")
+		for _, g := range r.Groups {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%d\n",
+				g.Profile, g.Workers, g.Requests, g.UtilMean, g.UtilMin, g.UtilMax, g.PrefixHitRatio, g.Preemptions)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write simulate table: %w", err)
+	}
+	return nil
+}
+
+// writeComparison prints one line per policy for a side-by-side view.
+func writeComparison(w io.Writer, rows []simResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\npolicy\tok\tfailed\treq/s\tgoodput\tTTFT mean\tTTFT p99\tTPOT p99\tE2E mean\tE2E p99\tutil\tprefix hits\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t\n",
+			r.Policy, r.Completed, r.Failed, r.RequestThroughput, r.Goodput,
+			r.TTFT.Mean, r.TTFT.P99, r.TPOT.P99, r.E2EL.Mean, r.E2EL.P99, r.Utilization, r.PrefixHitRatio)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write comparison: %w", err)
+	}
+	return nil
+}

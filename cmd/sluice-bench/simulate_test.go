@@ -1,0 +1,102 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/cmd/sluice-bench/loadgen"
+	"github.com/sluice-llm/sluice/cmd/sluice-bench/report"
+	"github.com/sluice-llm/sluice/configs"
+	"github.com/sluice-llm/sluice/gpuworker/workload"
+)
+
+func TestSimulateJSON(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "sim.json")
+	code, stdout, stderr := runCLI(t, "simulate", "--fleet", "2xh100-llama3-8b,1xl4-llama3-8b", "--synthetic",
+		"--requests", "300", "--policy", "default,round_robin", "--oracle", "--routers", "2", "--json", out)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stderr, "estimated capacity")
+	assert.Contains(t, stdout, "Policy: "+configs.DefaultPolicy)
+	assert.Contains(t, stdout, "Goodput")
+	assert.Contains(t, stdout, "l4-llama3-8b")
+
+	got := readJSON(t, out)
+	assert.Positive(t, got["capacity_estimate"])
+	results, ok := got["results"].([]any)
+	require.True(t, ok)
+	require.Len(t, results, 3)
+	var names []string
+	for _, r := range results {
+		row := r.(map[string]any)
+		names = append(names, row["policy"].(string))
+		for _, key := range []string{"completed", "failed", "request_throughput", "output_throughput",
+			"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "goodput", "prefix_hit_ratio"} {
+			assert.Contains(t, row, key)
+		}
+		assert.EqualValues(t, 300, row["completed"])
+		assert.Positive(t, row["itl_ms"].(map[string]any)["p50"])
+	}
+	assert.Equal(t, []string{configs.DefaultPolicy, "round_robin", oracleName}, names)
+}
+
+func TestSimulateMooncakePrefixHits(t *testing.T) {
+	trace := "../../../shared/workloads/mooncake_fast25_synthetic.jsonl"
+	out := filepath.Join(t.TempDir(), "sim.json")
+	code, _, stderr := runCLI(t, "simulate", "--fleet", "2xh100-llama3-8b", "--trace", trace,
+		"--requests", "200", "--max-context", "32768", "--load", "0.5", "--json", out)
+	if code != exitOK {
+		t.Skipf("trace not usable here: %s", stderr)
+	}
+	row := readJSON(t, out)["results"].([]any)[0].(map[string]any)
+	assert.Positive(t, row["prefix_hit_ratio"])
+}
+
+func TestSimulateUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"no fleet", []string{"--synthetic"}},
+		{"no workload", []string{"--fleet", "h100-llama3-8b"}},
+		{"both workloads", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--trace", "x.csv"}},
+		{"bad fleet", []string{"--fleet", "4xnope", "--synthetic"}},
+		{"unknown policy", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--policy", "nope"}},
+		{"bad routers", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--routers", "0"}},
+		{"negative load", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--load", "-1"}},
+		{"extra argument", []string{"--fleet", "h100-llama3-8b", "--synthetic", "extra"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, append([]string{"simulate"}, tt.args...)...)
+			assert.Equal(t, exitUsage, code, stderr)
+		})
+	}
+	code, _, _ := runCLI(t, "simulate", "--fleet", "instant", "--synthetic", "--load", "1")
+	assert.Equal(t, exitError, code, "--load needs a finite capacity")
+}
+
+func TestRescaleResult(t *testing.T) {
+	res := loadgen.Result{
+		Samples: []report.Sample{{OK: true, TTFT: time.Millisecond, E2E: 3 * time.Millisecond, ITL: []time.Duration{2 * time.Millisecond}}},
+		Elapsed: time.Second,
+	}
+	got := rescaleResult(res, 10)
+	assert.Equal(t, 10*time.Millisecond, got.Samples[0].TTFT)
+	assert.Equal(t, 30*time.Millisecond, got.Samples[0].E2E)
+	assert.Equal(t, 20*time.Millisecond, got.Samples[0].ITL[0])
+	assert.Equal(t, 10*time.Second, got.Elapsed)
+
+	reqs := []workload.Request{{Arrival: 10 * time.Second, PromptTokens: 1, OutputTokens: 1}}
+	assert.Equal(t, time.Second, compressArrivals(reqs, 10)[0].Arrival)
+	assert.Equal(t, 10*time.Second, reqs[0].Arrival, "the input is not modified")
+}
+
+func TestLoadTimeScaleFlag(t *testing.T) {
+	code, _, stderr := runCLI(t, "load", "--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--time-scale", "0")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, "--time-scale")
+}

@@ -1,0 +1,302 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/gpuworker"
+	"github.com/sluice-llm/sluice/gpuworker/workload"
+	"github.com/sluice-llm/sluice/policies"
+)
+
+// ErrStalled is returned when an engine reports work but makes no progress,
+// which would otherwise spin the event loop forever.
+var ErrStalled = errors.New("fleet: engine stalled")
+
+// errTooLong is the failure text of a request larger than its worker's KV
+// cache; one shared string keeps the report's error kinds few.
+const errTooLong = "request does not fit in the worker's KV cache"
+
+// Options configures Run. Zero fields mean the documented defaults.
+type Options struct {
+	// Spec is the fleet; required.
+	Spec Spec
+	// Pickers holds one routing policy per router replica. Arrival i is
+	// routed by replica i % len(Pickers), over that replica's own
+	// endpoints, so each replica sees only its own in-flight counts.
+	// Required unless Oracle is set; pass distinct Picker values, since a
+	// replica's policy state (a rotation, say) is its own.
+	Pickers []policies.Picker
+	// Oracle replaces routing by the ideal central scheduler (see
+	// oracle.go); Pickers is then ignored.
+	Oracle bool
+	// Model fills policies.Request.Model; default "sim".
+	Model string
+}
+
+// epoch is the virtual time of offset zero. Any fixed instant works; the
+// engines only compare and subtract times.
+var epoch = time.Unix(1_700_000_000, 0)
+
+// sim is the state of one Run.
+type sim struct {
+	opts     Options
+	reqs     []workload.Request
+	engines  []*gpuworker.Engine
+	profiles []gpuworker.Profile
+	eps      [][]*backends.Endpoint // [replica][worker]
+	index    map[*backends.Endpoint]int
+	heap     *stepHeap
+	events   []gpuworker.Event
+	preq     policies.Request
+	ctx      context.Context
+
+	busySince []int64 // ns; valid while the worker is in the heap
+	busyTotal []int64
+	dispatch  []int
+
+	out      []Outcome
+	arrival  []int64 // ns
+	lastTok  []int64 // ns of the latest token, per request
+	itl      *Histogram
+	finished int64 // ns of the latest completion
+
+	oracle *oracle
+}
+
+// Run simulates the fleet serving reqs (sorted by Arrival, as workload
+// returns them) and returns what every request experienced.
+func Run(opts Options, reqs []workload.Request) (*Result, error) {
+	s, err := newSim(opts, reqs)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.loop(); err != nil {
+		return nil, err
+	}
+	return s.result(), nil
+}
+
+func newSim(opts Options, reqs []workload.Request) (*sim, error) {
+	n := opts.Spec.Workers()
+	if n == 0 {
+		return nil, errors.New("fleet: the fleet has no workers")
+	}
+	if !opts.Oracle && len(opts.Pickers) == 0 {
+		return nil, errors.New("fleet: Options.Pickers is empty and Oracle is not set")
+	}
+	if opts.Model == "" {
+		opts.Model = "sim"
+	}
+	s := &sim{
+		opts:      opts,
+		reqs:      reqs,
+		profiles:  opts.Spec.Profiles(),
+		heap:      newStepHeap(n),
+		ctx:       context.Background(),
+		busySince: make([]int64, n),
+		busyTotal: make([]int64, n),
+		dispatch:  make([]int, n),
+		out:       make([]Outcome, len(reqs)),
+		arrival:   make([]int64, len(reqs)),
+		lastTok:   make([]int64, len(reqs)),
+		itl:       new(Histogram),
+		preq:      policies.Request{Model: opts.Model, Stream: true},
+	}
+	for _, p := range s.profiles {
+		e, err := gpuworker.NewEngine(p)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		s.engines = append(s.engines, e)
+	}
+	for i, r := range reqs {
+		if i > 0 && r.Arrival < reqs[i-1].Arrival {
+			return nil, fmt.Errorf("fleet: request %d arrives before request %d; sort the workload", i, i-1)
+		}
+		s.arrival[i] = int64(r.Arrival)
+		s.out[i] = Outcome{Worker: -1, PromptTokens: r.PromptTokens}
+	}
+	if opts.Oracle {
+		s.oracle = newOracle(s)
+		return s, nil
+	}
+	s.index = make(map[*backends.Endpoint]int, n)
+	for range opts.Pickers {
+		row := make([]*backends.Endpoint, n)
+		for w := range row {
+			ep, err := backends.NewEndpoint(fmt.Sprintf("http://worker-%d.sim", w), 1)
+			if err != nil {
+				return nil, fmt.Errorf("fleet: %w", err)
+			}
+			row[w] = ep
+			s.index[ep] = w
+		}
+		s.eps = append(s.eps, row)
+	}
+	return s, nil
+}
+
+// loop runs events in time order until every request has finished. At equal
+// times an arrival goes first, so a step ending at that instant admits it.
+func (s *sim) loop() error {
+	next := 0
+	for next < len(s.reqs) || s.heap.len() > 0 {
+		if next < len(s.reqs) {
+			if s.heap.len() == 0 || s.arrival[next] <= s.heap.key[s.heap.items[0]] {
+				if err := s.arrive(next); err != nil {
+					return err
+				}
+				next++
+				continue
+			}
+		}
+		w, t := s.heap.top()
+		if err := s.step(w, t); err != nil {
+			return err
+		}
+	}
+	if s.oracle != nil && s.oracle.queued() > 0 {
+		return fmt.Errorf("%w: %d requests left in the oracle's queue", ErrStalled, s.oracle.queued())
+	}
+	return nil
+}
+
+// arrive routes request id at its arrival time.
+func (s *sim) arrive(id int) error {
+	now := s.arrival[id]
+	if s.oracle != nil {
+		return s.oracle.arrive(id, now)
+	}
+	r := &s.reqs[id]
+	s.preq.PromptTokens = r.PromptTokens
+	s.preq.MaxTokens = r.OutputTokens
+	replica := id % len(s.opts.Pickers)
+	ep, err := s.opts.Pickers[replica].Pick(s.ctx, &s.preq, s.eps[replica])
+	if err != nil {
+		s.out[id].Err = fmt.Sprintf("pick: %v", err)
+		return nil
+	}
+	w, ok := s.index[ep]
+	if !ok || s.eps[replica][w] != ep {
+		return fmt.Errorf("fleet: policy returned an endpoint it was not given: %s", ep.Address())
+	}
+	ep.Begin()
+	return s.submit(id, w, now)
+}
+
+// submit hands request id to worker w at now, and starts the engine if it
+// was idle.
+func (s *sim) submit(id, w int, now int64) error {
+	r := &s.reqs[id]
+	s.out[id].Worker = w
+	s.dispatch[w]++
+	req := gpuworker.Request{ID: uint64(id), PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens}
+	if r.HashIDs != nil {
+		req.BlockHashes = gpuworker.HashIDBlocks(r.HashIDs, r.PromptTokens)
+	}
+	if err := s.engines[w].Submit(req); err != nil {
+		if errors.Is(err, gpuworker.ErrTooLong) {
+			s.out[id].Err = errTooLong
+		} else {
+			s.out[id].Err = err.Error()
+		}
+		s.release(id, w)
+		return nil
+	}
+	if s.heap.pos[w] < 0 {
+		return s.step(w, now)
+	}
+	return nil
+}
+
+// release ends request id's attempt on worker w in its router replica.
+func (s *sim) release(id, w int) {
+	if s.eps != nil {
+		s.eps[id%len(s.eps)][w].End()
+	}
+}
+
+// step advances worker w to now, records its events and reschedules it.
+func (s *sim) step(w int, now int64) error {
+	wasBusy := s.heap.pos[w] >= 0
+	s.events = s.engines[w].Step(epoch.Add(time.Duration(now)), s.events[:0])
+	for i := range s.events {
+		s.record(w, &s.events[i])
+	}
+	next, ok := s.engines[w].Next()
+	switch {
+	case ok:
+		t := int64(next.Sub(epoch))
+		if t <= now {
+			return fmt.Errorf("%w: worker %d at %v", ErrStalled, w, time.Duration(now))
+		}
+		if !wasBusy {
+			s.busySince[w] = now
+		}
+		s.heap.set(w, t)
+	case wasBusy:
+		s.busyTotal[w] += now - s.busySince[w]
+		s.heap.remove(w)
+	}
+	if s.oracle != nil {
+		return s.oracle.stepped(w, now)
+	}
+	return nil
+}
+
+// record applies one engine event to its request.
+func (s *sim) record(w int, ev *gpuworker.Event) {
+	id := int(ev.ID)
+	t := int64(ev.Time.Sub(epoch))
+	o := &s.out[id]
+	switch ev.Kind {
+	case gpuworker.EventFirstToken:
+		o.TTFT = time.Duration(t - s.arrival[id])
+		s.lastTok[id] = t
+		if s.oracle != nil {
+			s.oracle.started(w, id)
+		}
+	case gpuworker.EventToken:
+		s.itl.Add(time.Duration(t - s.lastTok[id]))
+		s.lastTok[id] = t
+	case gpuworker.EventFinished:
+		o.OK = true
+		o.OutputTokens = ev.Tokens
+		o.E2E = time.Duration(t - s.arrival[id])
+		s.finished = max(s.finished, t)
+		s.release(id, w)
+	}
+}
+
+// result assembles the Result after the loop.
+func (s *sim) result() *Result {
+	end := s.finished
+	if n := len(s.arrival); n > 0 {
+		end = max(end, s.arrival[n-1])
+	}
+	var start int64
+	if len(s.arrival) > 0 {
+		start = s.arrival[0]
+	}
+	elapsed := time.Duration(end - start)
+	res := &Result{Requests: s.out, ITL: s.itl, Elapsed: elapsed, Workers: make([]WorkerStats, len(s.engines))}
+	for w, e := range s.engines {
+		l := e.Load()
+		ws := WorkerStats{
+			Profile:     s.profiles[w].Name,
+			Requests:    s.dispatch[w],
+			Busy:        time.Duration(s.busyTotal[w]),
+			Preemptions: l.Preemptions,
+		}
+		ws.PrefixQueries, ws.PrefixHits = prefixStats(l)
+		if elapsed > 0 {
+			ws.Utilization = float64(ws.Busy) / float64(elapsed)
+		}
+		res.Workers[w] = ws
+	}
+	return res
+}
