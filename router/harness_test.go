@@ -28,7 +28,12 @@ type worker struct {
 
 func startWorker(t testing.TB, model, profile string, speedup float64) *worker {
 	t.Helper()
-	w, err := gpuworker.New(gpuworker.Options{Model: model, Profile: profile, Speedup: speedup})
+	return startWorkerOpts(t, gpuworker.Options{Model: model, Profile: profile, Speedup: speedup})
+}
+
+func startWorkerOpts(t testing.TB, o gpuworker.Options) *worker {
+	t.Helper()
+	w, err := gpuworker.New(o)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -90,7 +95,7 @@ func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice 
 	table, err := router.NewTable(routes)
 	require.NoError(t, err)
 	opts.Table = table
-	tr := proxy.NewTransport(proxy.TransportOptions{ResponseHeaderTimeout: 10 * time.Second})
+	tr := proxy.NewTransport(proxy.TransportOptions{ResponseHeaderTimeout: headerTimeout(opts)})
 	opts.Transport = tr
 	rt, err := router.New(opts)
 	require.NoError(t, err)
@@ -115,4 +120,13 @@ func (s *sluice) client(t testing.TB) openai.Client {
 		option.WithMaxRetries(0),
 		option.WithHTTPClient(&http.Client{Transport: tr}),
 	)
+}
+
+// headerTimeout is 10 s for tests unless one asks for a shorter one through
+// a transport it passes (only the timeout is taken from it).
+func headerTimeout(o router.Options) time.Duration {
+	if tr, ok := o.Transport.(*http.Transport); ok && tr.ResponseHeaderTimeout > 0 {
+		return tr.ResponseHeaderTimeout
+	}
+	return 10 * time.Second
 }

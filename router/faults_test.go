@@ -1,0 +1,78 @@
+package router_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/gpuworker"
+	"github.com/sluice-llm/sluice/router"
+)
+
+// These tests inject real faults into a live gpuworker and check what the
+// client sees through Sluice.
+
+func TestSlowBackendTimesOutWith504(t *testing.T) {
+	w := startWorkerOpts(t, gpuworker.Options{Model: model, Faults: gpuworker.Faults{AddedLatency: time.Minute}})
+	s := startSluice(t, router.Options{Transport: &http.Transport{ResponseHeaderTimeout: 100 * time.Millisecond}},
+		routeSpec{model: model, urls: []string{w.srv.URL}})
+	res, err := http.Post(s.srv.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":2}`))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	assert.Equal(t, http.StatusGatewayTimeout, res.StatusCode)
+	assert.Equal(t, "upstream_timeout", decodeError(t, res).Code)
+	assert.True(t, s.endpoints[w.srv.URL].Available(time.Now()), "a slow backend is not held out as unreachable")
+	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestBackendErrorIsRelayed(t *testing.T) {
+	w := startWorkerOpts(t, gpuworker.Options{Model: model, Faults: gpuworker.Faults{ErrorRate: 1, ErrorStatus: 503}})
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	res, err := http.Post(s.srv.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":2}`))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	assert.Equal(t, "injected_fault", decodeError(t, res).Code, "the backend's own error body reaches the client")
+	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestBackendDyingMidStreamAbortsTheClient(t *testing.T) {
+	w := startWorkerOpts(t, gpuworker.Options{Model: model, Profile: "h100-llama3-8b", Speedup: 1,
+		Faults: gpuworker.Faults{CrashAfter: 1}})
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.client(t)
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(5000)
+	st := c.Chat.Completions.NewStreaming(context.Background(), p)
+	require.True(t, st.Next(), "the stream started")
+
+	// A second request trips the crash, which cuts the open stream.
+	res, err := http.Post(s.srv.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":2}`))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusBadGateway, res.StatusCode)
+
+	for st.Next() {
+	}
+	assert.Error(t, st.Err(), "the client learns the stream broke; it never sees [DONE]")
+	_ = st.Close()
+	assert.Zero(t, s.endpoints[w.srv.URL].InFlight())
+
+	// Sluice itself is fine.
+	res, err = http.Get(s.srv.URL + "/healthz")
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	http.DefaultClient.CloseIdleConnections()
+}
