@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build run test test-short lint fmt bench fuzz clean
+.PHONY: all build run test test-short lint fmt bench bench-overhead validate fidelity fuzz clean
 
 all: build
 
@@ -36,6 +36,18 @@ fmt:
 ## bench: Go benchmarks of the hot path (policy picks, parsing, engine)
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+## bench-overhead: sluice-bench load straight to a worker and through Sluice, side by side
+bench-overhead: build
+	./deploy/overhead.sh
+
+## validate: the GPU model against published measurements (GPU-FACTS.md)
+validate: build
+	$(BIN)/sluice-bench validate
+
+## fidelity: live gpuworkers behind Sluice vs the simulator, same fleet, trace and policy
+fidelity: build
+	./deploy/fidelity.sh
 
 ## fuzz: a short run of each fuzz target
 fuzz:
