@@ -109,6 +109,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	g.Inc()
 	outcome := "aborted" // kept if Forward panics with http.ErrAbortHandler mid-stream
 	defer func() {
+		if outcome == "aborted" && ctx.Err() != nil {
+			outcome = "client_gone" // the client hung up mid-stream; the backend did nothing wrong
+		}
 		g.Dec()
 		ep.End()
 		rt.metrics.attempts.WithLabelValues(ep.Address(), outcome).Inc()

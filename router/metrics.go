@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"model", "route"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total",
-			Help: "Attempts sent to backends, by backend and outcome (ok, unreachable, timeout, failed, client_gone).",
+			Help: "Attempts sent to backends, by backend and outcome: ok, unreachable, timeout, failed, client_gone, aborted (the backend broke off a started response).",
 		}, []string{"backend", "outcome"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_upstream_in_flight_requests",

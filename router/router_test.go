@@ -306,6 +306,17 @@ func TestStreamIsRelayedAsItIsGenerated(t *testing.T) {
 	_ = st.Close()
 }
 
+func scrape(t *testing.T, s *sluice) string {
+	t.Helper()
+	res, err := http.Get(s.srv.URL + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	http.DefaultClient.CloseIdleConnections()
+	return string(b)
+}
+
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	w := startWorker(t, model, "h100-llama3-8b", 1)
 	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}})
@@ -324,6 +335,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 		return l.Running == 0 && l.Waiting == 0 && s.endpoints[w.srv.URL].InFlight() == 0
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.Less(t, w.Load().GenerationTokens, int64(5000))
+	assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+w.srv.URL+`",outcome="client_gone"} 1`)
 }
 
 func TestMetricsEndpoint(t *testing.T) {
