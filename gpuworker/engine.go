@@ -54,7 +54,9 @@ func blocksFor(tokens int) int { return (tokens + BlockSize - 1) / BlockSize }
 // none is free, the newest running request is preempted: its blocks are freed
 // and it goes back to the front of the queue, to be prefilled again later
 // (vLLM's recompute preemption). No request is admitted in a step that
-// preempted.
+// preempted. With Profile.WholePrefill the head of the queue is admitted
+// only when its whole uncached prompt fits in the remaining budget, so
+// prompts are never split across steps.
 //
 // Prefix caching follows vLLM's automatic prefix caching. A request's
 // BlockHashes name its full prompt blocks; when it is admitted, the longest
@@ -280,6 +282,12 @@ func (e *Engine) schedule(start time.Time) bool {
 		hit, revive := e.cacheHit(s)
 		if blocksFor(s.known())-hit+revive > e.kv.free() {
 			break
+		}
+		if e.prof.WholePrefill {
+			rest := s.known() - hit*BlockSize
+			if rest > budget && rest <= e.prof.MaxBatchedTokens {
+				break // the prompt waits for a step with room for all of it
+			}
 		}
 		e.waiting.popFront()
 		e.admit(s, hit)

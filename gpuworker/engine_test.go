@@ -286,3 +286,47 @@ func BenchmarkEngineDecodeStep(b *testing.B) {
 		now, _ = e.Next()
 	}
 }
+
+// TestWholePrefillNeverSplitsPrompts checks that without chunked prefill a
+// prompt that does not fit in what remains of the budget waits for the next
+// step instead of being split, while with chunking it fills the step.
+func TestWholePrefillNeverSplitsPrompts(t *testing.T) {
+	for _, whole := range []bool{false, true} {
+		p := smallProfile()
+		p.FixedKVTokens = 1 << 12
+		p.WholePrefill = whole
+		e, err := NewEngine(p)
+		require.NoError(t, err)
+		require.NoError(t, e.Submit(Request{ID: 1, PromptTokens: 40, OutputTokens: 2}))
+		require.NoError(t, e.Submit(Request{ID: 2, PromptTokens: 40, OutputTokens: 2}))
+		e.Step(t0, nil)
+		checkInvariants(t, e)
+		var scheduled []int
+		for _, s := range e.batch {
+			scheduled = append(scheduled, s.scheduled)
+		}
+		if whole {
+			assert.Equal(t, []int{40}, scheduled, "request 2 waits for a step with room for all 40 tokens")
+		} else {
+			assert.Equal(t, []int{40, 24}, scheduled, "request 2 fills the rest of the 64-token budget")
+		}
+		// A prompt longer than the whole budget is still chunked.
+		require.NoError(t, e.Submit(Request{ID: 3, PromptTokens: 100, OutputTokens: 1}))
+		var events []Event
+		for {
+			next, ok := e.Next()
+			if !ok {
+				break
+			}
+			events = e.Step(next, events)
+			checkInvariants(t, e)
+		}
+		finished := 0
+		for _, ev := range events {
+			if ev.Kind == EventFinished {
+				finished++
+			}
+		}
+		assert.Equal(t, 3, finished, "whole=%v", whole)
+	}
+}

@@ -58,6 +58,21 @@ type Profile struct {
 	MFU float64
 	// StepOverhead is the fixed CPU/scheduler/launch cost of every step.
 	StepOverhead time.Duration
+	// HostPerSeq is the host-side (CPU) cost of one scheduled sequence in
+	// one step: the API server's request and streaming work, the
+	// scheduler's per-request bookkeeping and detokenization. It runs
+	// overlapped with the GPU, so a step of B sequences takes
+	// max(GPU step + StepOverhead, B*HostPerSeq): it sets a throughput
+	// ceiling of 1/HostPerSeq tokens/s however fast the GPU is. Zero (the
+	// default) models a host that always keeps up.
+	HostPerSeq time.Duration
+	// WholePrefill turns chunked prefill off, as in engines that run each
+	// prompt in a single step (TensorRT-LLM without chunked context): a
+	// waiting request is admitted only when its whole uncached prompt fits
+	// in the step's remaining token budget, so prompts are never split
+	// across steps. A prompt longer than MaxBatchedTokens, which could never
+	// fit, is still chunked.
+	WholePrefill bool
 
 	// FixedKVTokens, when positive, replaces the KV capacity derived from
 	// memory. The instant profile uses it.
@@ -103,11 +118,14 @@ type StepWork struct {
 	// AttnWork is the sum over sequences of n*(n+2h) for n new tokens after
 	// h cached ones; attention costs 2*L*d*AttnWork FLOPs.
 	AttnWork float64
+	// Seqs is the number of sequences in the step.
+	Seqs int
 }
 
 // add counts one sequence computing n new tokens after h cached ones.
 func (w *StepWork) add(n, h int) {
 	w.Tokens += n
+	w.Seqs++
 	w.ContextTokens += h + n
 	w.AttnWork += float64(n) * float64(n+2*h)
 }
@@ -116,10 +134,12 @@ func (w *StepWork) add(n, h int) {
 //
 //	t_mem  = (W + kv*ctx) / TP / (eta_bw*BW)
 //	t_comp = (2*P*tokens + 2*L*d*sum(n*(n+2h))) / (TP*MFU*F)
-//	t      = max(t_mem, t_comp) + t_fixed
+//	t_gpu  = max(t_mem, t_comp) + t_fixed
+//	t      = max(t_gpu, seqs*host_per_seq)
 //
-// A term whose hardware figure is zero counts as zero, so the instant profile
-// costs nothing. It does not allocate.
+// The host term is zero unless HostPerSeq is set. A term whose hardware
+// figure is zero counts as zero, so the instant profile costs nothing. It
+// does not allocate.
 func (p Profile) StepDuration(w StepWork) time.Duration {
 	var tMem, tComp float64
 	if bw := p.EtaBW * p.BandwidthBytes; bw > 0 {
@@ -129,14 +149,16 @@ func (p Profile) StepDuration(w StepWork) time.Duration {
 		flops := 2*p.Params*float64(w.Tokens) + 2*float64(p.Layers)*float64(p.Hidden)*w.AttnWork
 		tComp = flops / f
 	}
-	return time.Duration(math.Max(tMem, tComp)*float64(time.Second)) + p.StepOverhead
+	t := time.Duration(math.Max(tMem, tComp)*float64(time.Second)) + p.StepOverhead
+	return max(t, time.Duration(w.Seqs)*p.HostPerSeq)
 }
 
 // StepTime returns the duration of a step of tokens tokens over contexts
-// summing to contextTokens, without the attention term; StepDuration is the
-// full model.
+// summing to contextTokens, without the attention term and counting every
+// token as one sequence for the host term (exact for a decode-only step, an
+// upper bound otherwise); StepDuration is the full model.
 func (p Profile) StepTime(tokens, contextTokens int) time.Duration {
-	return p.StepDuration(StepWork{Tokens: tokens, ContextTokens: contextTokens})
+	return p.StepDuration(StepWork{Tokens: tokens, ContextTokens: contextTokens, Seqs: tokens})
 }
 
 // PrefillTime returns the duration of one step that prefills n prompt

@@ -58,3 +58,22 @@ func TestOutputLength(t *testing.T) {
 	assert.Equal(t, 3, CountTokens("0123456789"))
 	assert.Equal(t, 1+2+2*ChatTokensPerMessage, CountChatTokens([]string{"hi", "there"}))
 }
+
+func TestHostPerSeqCeiling(t *testing.T) {
+	p, err := LookupProfile("h100-llama3-8b-vllm021")
+	require.NoError(t, err)
+	base, err := LookupProfile("h100-llama3-8b")
+	require.NoError(t, err)
+	// One sequence: the GPU dominates, as without a host cost.
+	assert.Equal(t, base.StepTime(1, 600), p.StepTime(1, 600))
+	// 64 decoding sequences: the host sets the step, 64 * HostPerSeq.
+	var w StepWork
+	for range 64 {
+		w.add(1, 600)
+	}
+	assert.Equal(t, 64, w.Seqs)
+	assert.Equal(t, 64*p.HostPerSeq, p.StepDuration(w))
+	assert.Greater(t, p.StepDuration(w), base.StepDuration(w))
+	// The ceiling is the source's plateau rate.
+	assert.InEpsilon(t, float64(vllm021SaturationTokS), 64/p.StepDuration(w).Seconds(), 0.01)
+}

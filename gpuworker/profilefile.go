@@ -49,6 +49,8 @@ type profileSpec struct {
 	MFU              *float64       `yaml:"mfu"`
 	StepOverhead     *time.Duration `yaml:"step_overhead"`
 	FixedKVTokens    *int           `yaml:"fixed_kv_tokens"`
+	HostPerSeq       *time.Duration `yaml:"host_per_seq"`
+	WholePrefill     *bool          `yaml:"whole_prefill"`
 }
 
 // LoadProfiles reads a YAML file of profiles (a top-level "profiles" list;
@@ -133,6 +135,8 @@ func (s profileSpec) apply(p *Profile) {
 	set(&p.MFU, s.MFU)
 	set(&p.StepOverhead, s.StepOverhead)
 	set(&p.FixedKVTokens, s.FixedKVTokens)
+	set(&p.HostPerSeq, s.HostPerSeq)
+	set(&p.WholePrefill, s.WholePrefill)
 }
 
 func set[T any](dst *T, v *T) {
@@ -168,6 +172,7 @@ func checkProfile(p Profile) error {
 		{"mfu", p.FLOPS > 0 && (p.MFU <= 0 || p.MFU > 1), "in (0, 1] when flops is set"},
 		{"step_overhead", p.StepOverhead < 0, "zero or positive"},
 		{"fixed_kv_tokens", p.FixedKVTokens < 0, "zero (derive from memory) or positive"},
+		{"host_per_seq", p.HostPerSeq < 0, "zero or positive"},
 	}
 	for _, c := range checks {
 		if c.bad {

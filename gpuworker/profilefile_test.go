@@ -92,3 +92,13 @@ func TestLoadProfilesEmpty(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, ps)
 }
+
+func TestLoadProfilesHostFields(t *testing.T) {
+	ps, err := LoadProfiles(strings.NewReader("profiles:\n  - name: h\n    base: h100-llama3-8b\n    host_per_seq: 700us\n    whole_prefill: true\n"))
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	assert.Equal(t, 700*time.Microsecond, ps[0].HostPerSeq)
+	assert.True(t, ps[0].WholePrefill)
+	_, err = LoadProfiles(strings.NewReader("profiles:\n  - name: h\n    base: h100-llama3-8b\n    host_per_seq: -1ms\n"))
+	assert.ErrorContains(t, err, "host_per_seq")
+}

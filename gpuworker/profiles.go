@@ -43,6 +43,8 @@ func Profiles() []Profile {
 			Params: llama3_70bParams, Layers: 80, Hidden: 8192,
 		}, true, tp2StepOverhead),
 		llama70BFP8KV(),
+		nim70BTRTLLM(),
+		vllm021H100(llama8B("h100-llama3-8b-vllm021", "H100 SXM 80GB", 80e9, 3.35e12, 989e12, true)),
 		{
 			Name: InstantProfile, GPU: "none", Model: "any",
 			TP: 1, MaxNumSeqs: 1 << 20, MaxBatchedTokens: 1 << 30,
@@ -74,6 +76,46 @@ func llama70BFP8KV() Profile {
 		WeightBytes: llama3_70bFP8Bytes, KVBytesPerToken: llama3_70bKVFP8,
 		Params: llama3_70bParams, Layers: 80, Hidden: 8192,
 	}, true, tp2StepOverhead)
+}
+
+// nim70BTRTLLM is llama70BFP8KV without chunked prefill, the way NVIDIA
+// NIM's TensorRT-LLM backend runs by default (chunked context is off unless
+// enabled; the NIM 1.8.0 benchmark's backend settings were not published,
+// GPU-FACTS §4 [U]). With chunked prefill and an 8,192-token budget, a
+// 5,000-token prompt that arrives behind another shares its step and
+// spills into the next, so under load each first token waits for two full
+// 8,192-token steps; run whole, prompts go through one per step in FIFO
+// order. That difference is the NIM c=50 TTFT (834 ms published; 1,350 ms
+// chunked, 750 ms whole) at the same ITL and throughput.
+func nim70BTRTLLM() Profile {
+	p := llama70BFP8KV()
+	p.Name = "2xh100-llama3-70b-fp8kv-trtllm"
+	p.Model = "Llama-3-70B FP8, FP8 KV, no chunked prefill"
+	p.WholePrefill = true
+	return p
+}
+
+// vllm021SaturationTokS is the output rate at which the vLLM 0.21.0
+// "chatbot-short" sweep on one H100 (GPU-FACTS §4) levels off: 1,384 tok/s
+// at c=16 and 1,312 at c=64, mean 1,348, about 6x below the H100 decode
+// roofline for an 8B model at 64 sequences.
+const vllm021SaturationTokS = 1348
+
+// vllm021H100 gives an H100 Llama-3-8B profile the host-side ceiling of
+// that source's stack. A throughput plateau far below the GPU roofline,
+// with TPOT growing in proportion to the batch (10.94 ms at 16 sequences,
+// 46.91 ms at 64), is per-sequence CPU work: vLLM v0.5.3 spent 33% of its
+// time in the API server and 29% scheduling against 38% on the GPU
+// (GPU-FACTS §4). The V1 engine runs the API server (streaming,
+// detokenization) in its own process and overlaps host and GPU work, so
+// the costs overlap rather than add: a step takes
+// max(GPU step, B*HostPerSeq), and HostPerSeq is the inverse of the
+// plateau rate. At c=1 and c=4 the GPU term dominates, as the source's
+// TPOT of ~6.5 ms there shows.
+func vllm021H100(p Profile) Profile {
+	p.HostPerSeq = time.Second / vllm021SaturationTokS
+	p.Model += ", vLLM 0.21 host-bound"
+	return p
 }
 
 // withDefaults fills the vLLM scheduler defaults (GPU-FACTS §5: GPUs with at

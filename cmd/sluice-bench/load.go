@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-llm/sluice/cmd/sluice-bench/loadgen"
+	"github.com/sluice-llm/sluice/gpuworker/fleet"
 	"github.com/sluice-llm/sluice/gpuworker/workload"
 )
 
@@ -41,6 +42,10 @@ type loadFlags struct {
 	timeout               time.Duration
 	quiet                 bool
 	timeScale             float64
+	fleet                 string
+	load                  float64
+
+	spec fleet.Spec // parsed --fleet, set by validate
 }
 
 func newLoadFlagSet(f *loadFlags, stderr io.Writer) *flag.FlagSet {
@@ -49,6 +54,7 @@ func newLoadFlagSet(f *loadFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: sluice-bench load --target URL --model M --rate R [--duration D] [flags]
        sluice-bench load --target URL --model M --trace FILE [--rate R] [flags]
+       sluice-bench load --target URL --model M --fleet SPEC --load L [--trace FILE] [flags]
 
 Sends POST {target}/v1/completions requests open-loop (each at its arrival
 time, whether or not earlier ones finished), with a prompt of token ids,
@@ -56,6 +62,11 @@ max_tokens and ignore_eos, and prints vLLM benchmark_serving metrics.
 Without --trace the workload is synthetic: Poisson arrivals at --rate and
 log-normal prompt and output lengths. Interrupt (Ctrl-C) stops the run and
 reports what completed.
+
+With --fleet and --load the arrival rate comes from the fleet instead of
+--rate: the fleet's capacity for the workload's mean prompt and output is
+estimated as "simulate" does, and arrivals are scaled so the offered load
+is L times that capacity, in simulated time when --time-scale is set.
 
 Flags:
 `)
@@ -81,6 +92,8 @@ Flags:
 	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
 	fs.DurationVar(&f.timeout, "request-timeout", 10*time.Minute, "fail a request that takes longer than this (0 = no limit)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line on stderr")
+	fs.StringVar(&f.fleet, "fleet", "", "fleet `spec` behind the target, e.g. 4xh100-llama3-8b; with --load, sets the rate from its estimated capacity")
+	fs.Float64Var(&f.load, "load", 0, "offered load as a multiple of the --fleet capacity estimate, instead of --rate")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "compress arrivals this many times and report latencies and throughputs rescaled to simulated time; use against gpuworkers run with --speedup of the same value")
 	return fs
 }
@@ -158,8 +171,26 @@ func (f *loadFlags) validate() error {
 	if f.model == "" {
 		errs = append(errs, errors.New("--model is required"))
 	}
-	if f.trace == "" && !(f.rate > 0) {
-		errs = append(errs, errors.New("--rate must be positive for synthetic load (or give --trace)"))
+	byLoad := f.fleet != "" || f.load != 0
+	switch {
+	case !byLoad:
+		if f.trace == "" && !(f.rate > 0) {
+			errs = append(errs, errors.New("--rate must be positive for synthetic load (or give --trace, or --fleet and --load)"))
+		}
+	case f.fleet == "" || f.load == 0:
+		errs = append(errs, errors.New("--fleet and --load must be given together"))
+	case f.rate != 0:
+		errs = append(errs, errors.New("--rate and --load are exclusive: --load sets the rate"))
+	}
+	if f.load < 0 || math.IsNaN(f.load) || math.IsInf(f.load, 0) {
+		errs = append(errs, errors.New("--load must be a positive number"))
+	}
+	if f.fleet != "" {
+		spec, err := fleet.ParseSpec(f.fleet)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--fleet: %w", err))
+		}
+		f.spec = spec
 	}
 	if f.rate < 0 {
 		errs = append(errs, errors.New("--rate must not be negative"))
@@ -190,32 +221,52 @@ func (f *loadFlags) workload(stderr io.Writer) ([]workload.Request, error) {
 		if d == 0 {
 			d = defaultDuration
 		}
-		reqs, err = workload.Synthetic(workload.SyntheticOptions{
+		opts := workload.SyntheticOptions{
 			Rate:     f.rate,
 			Duration: d,
 			Count:    f.requests,
 			Prompt:   workload.LengthDist{Mean: f.promptMean, Sigma: f.promptSD, Max: f.promptMax},
 			Output:   workload.LengthDist{Mean: f.outputMean, Sigma: f.outputSD, Max: f.outputMax},
 			Seed:     f.seed,
-		})
-		if err != nil {
+		}
+		if f.load > 0 {
+			// The capacity depends only on the mean lengths: estimate it
+			// on a sample at a provisional rate, then generate the real
+			// arrivals at load times capacity.
+			sample := opts
+			sample.Rate, sample.Duration, sample.Count = 1, 0, capacitySample
+			pilot, err := workload.Synthetic(sample)
+			if err != nil {
+				return nil, err
+			}
+			if opts.Rate, err = f.offeredRate(pilot, stderr); err != nil {
+				return nil, err
+			}
+		}
+		if reqs, err = workload.Synthetic(opts); err != nil {
 			return nil, err
 		}
 	} else {
 		if reqs, err = readTrace(f.trace, f.traceFormat); err != nil {
 			return nil, err
 		}
-		if f.rate > 0 {
-			if s := workload.Summarize(reqs); s.RatePerSec > 0 {
-				reqs = workload.Scale(reqs, f.rate/s.RatePerSec)
-			}
-		}
-		reqs = workload.Until(reqs, f.duration)
 		var dropped int
 		reqs, dropped = workload.DropLonger(reqs, f.maxContext)
 		if dropped > 0 {
 			fmt.Fprintf(stderr, "sluice-bench load: dropped %d requests longer than %d tokens\n", dropped, f.maxContext)
 		}
+		rate := f.rate
+		if f.load > 0 {
+			if rate, err = f.offeredRate(reqs, stderr); err != nil {
+				return nil, err
+			}
+		}
+		if rate > 0 {
+			if s := workload.Summarize(reqs); s.RatePerSec > 0 {
+				reqs = workload.Scale(reqs, rate/s.RatePerSec)
+			}
+		}
+		reqs = workload.Until(reqs, f.duration)
 		reqs = workload.Limit(reqs, f.requests)
 	}
 	if len(reqs) == 0 {
@@ -225,6 +276,42 @@ func (f *loadFlags) workload(stderr io.Writer) ([]workload.Request, error) {
 	fmt.Fprintf(stderr, "sluice-bench load: %d requests over %.1fs (%.2f req/s), mean prompt %.1f, mean output %.1f tokens\n",
 		s.Requests, s.Duration.Seconds(), s.RatePerSec, s.PromptMean, s.OutputMean)
 	return reqs, nil
+}
+
+// capacitySample is the number of synthetic requests whose mean lengths
+// estimate the fleet's capacity for --load.
+const capacitySample = 10_000
+
+// offeredRate estimates the --fleet capacity for requests shaped like reqs,
+// prints it, and returns --load times it: the arrival rate in req/s of
+// simulated time (with --time-scale, arrivals are then compressed by the
+// scale in wall-clock time, like the workers' --speedup).
+func (f *loadFlags) offeredRate(reqs []workload.Request, stderr io.Writer) (float64, error) {
+	capacity := fleet.EstimateCapacity(f.spec, reqs)
+	rate, err := loadRate(capacity, f.load)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(stderr, "sluice-bench load: fleet %s: estimated capacity %.2f req/s for this workload; --load %g offers %.2f req/s",
+		f.spec, capacity, f.load, rate)
+	if f.timeScale != 1 {
+		fmt.Fprintf(stderr, " of simulated time (%.2f req/s wall-clock at --time-scale %g)", rate*f.timeScale, f.timeScale)
+	}
+	fmt.Fprintln(stderr)
+	return rate, nil
+}
+
+// loadRate returns the arrival rate that offers load times capacity. The
+// capacity must be positive and finite: a fleet of zero-cost (instant)
+// workers has no capacity to take a fraction of.
+func loadRate(capacity, load float64) (float64, error) {
+	if !(capacity > 0) || math.IsInf(capacity, 0) {
+		return 0, fmt.Errorf("--load needs a positive, finite capacity estimate, got %v (instant profiles have no finite capacity)", capacity)
+	}
+	if !(load > 0) || math.IsInf(load, 0) {
+		return 0, fmt.Errorf("--load must be a positive number, got %v", load)
+	}
+	return load * capacity, nil
 }
 
 // readTrace reads a trace file in format, or in the format its extension

