@@ -21,6 +21,8 @@ type Endpoint struct {
 	// downUntil is the Unix-nanosecond time until which the endpoint is held
 	// out of routing after a failure to connect; 0 means available.
 	downUntil atomic.Int64
+
+	sig signals
 }
 
 // NewEndpoint parses rawURL (an http or https base URL, no query) and returns
@@ -59,15 +61,20 @@ func (e *Endpoint) Requests() uint64 { return e.requests.Load() }
 // Failures is the number of attempts that failed before a response arrived.
 func (e *Endpoint) Failures() uint64 { return e.failures.Load() }
 
-// Begin records the start of an attempt. Every Begin is paired with one End,
-// usually deferred.
-func (e *Endpoint) Begin() {
+// Begin records the start of an attempt expected to cost tokens (prompt
+// plus expected output). Every Begin is paired with one End with the same
+// tokens, usually deferred.
+func (e *Endpoint) Begin(tokens int64) {
 	e.inFlight.Add(1)
 	e.requests.Add(1)
+	e.sig.inFlightTokens.Add(tokens)
 }
 
-// End records the end of an attempt begun with Begin.
-func (e *Endpoint) End() { e.inFlight.Add(-1) }
+// End records the end of an attempt begun with Begin(tokens).
+func (e *Endpoint) End(tokens int64) {
+	e.inFlight.Add(-1)
+	e.sig.inFlightTokens.Add(-tokens)
+}
 
 // Available reports whether the endpoint may be routed to at now.
 func (e *Endpoint) Available(now time.Time) bool {

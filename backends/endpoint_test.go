@@ -27,13 +27,14 @@ func TestInFlightIsBalanced(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 1000 {
-				e.Begin()
-				e.End()
+				e.Begin(10)
+				e.End(10)
 			}
 		})
 	}
 	wg.Wait()
 	assert.Zero(t, e.InFlight())
+	assert.Zero(t, e.InFlightTokens())
 	assert.EqualValues(t, 8000, e.Requests())
 }
 

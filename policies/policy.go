@@ -20,6 +20,29 @@ type Request struct {
 	MaxTokens int
 	// User is the OpenAI "user" field, if any.
 	User string
+	// SessionKey identifies a conversation for session affinity: the
+	// configured session header if the client sent it, else User. Empty
+	// when neither is present.
+	SessionKey string
+	// PrefixHashes are chained hashes of the prompt's leading fixed-size
+	// chunks: equal leading hashes mean an equal prompt prefix, so a
+	// prefix-aware policy can send the request where that prefix is likely
+	// cached. Nil when the router did not compute them.
+	PrefixHashes []uint64
+}
+
+// DefaultExpectedOutput is the output length assumed for a request that
+// sets no max_tokens, when estimating its cost.
+const DefaultExpectedOutput = 256
+
+// ExpectedTokens is the request's estimated cost in tokens: prompt plus
+// max_tokens, or plus DefaultExpectedOutput when max_tokens is unset.
+func (r *Request) ExpectedTokens() int64 {
+	out := r.MaxTokens
+	if out <= 0 {
+		out = DefaultExpectedOutput
+	}
+	return int64(r.PromptTokens + out)
 }
 
 // Picker chooses one endpoint for a request. endpoints is never empty and

@@ -66,7 +66,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		if err != nil {
 			break
 		}
-		err = rt.attempt(w, r, ep, body)
+		err = rt.attempt(w, r, ep, preq, body)
 		if err == nil {
 			return nil
 		}
@@ -100,12 +100,13 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 }
 
 // attempt sends one request to ep, keeping its in-flight count.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, body []byte) (err error) {
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte) (err error) {
 	ctx, span := rt.attempts.Start(r.Context(), "upstream", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("sluice.backend", ep.Address())))
 	r = r.WithContext(ctx)
 	g := rt.metrics.inFlight.WithLabelValues(ep.Address())
-	ep.Begin()
+	tokens := preq.ExpectedTokens()
+	ep.Begin(tokens)
 	g.Inc()
 	outcome := "aborted" // kept if Forward panics with http.ErrAbortHandler mid-stream
 	defer func() {
@@ -113,7 +114,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 			outcome = "client_gone" // the client hung up mid-stream; the backend did nothing wrong
 		}
 		g.Dec()
-		ep.End()
+		ep.End(tokens)
 		rt.metrics.attempts.WithLabelValues(ep.Address(), outcome).Inc()
 		span.SetAttributes(attribute.String("sluice.outcome", outcome))
 		span.End()

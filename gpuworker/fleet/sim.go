@@ -184,7 +184,7 @@ func (s *sim) arrive(id int) error {
 	if !ok || s.eps[replica][w] != ep {
 		return fmt.Errorf("fleet: policy returned an endpoint it was not given: %s", ep.Address())
 	}
-	ep.Begin()
+	ep.Begin(int64(r.PromptTokens + r.OutputTokens))
 	return s.submit(id, w, now)
 }
 
@@ -216,7 +216,8 @@ func (s *sim) submit(id, w int, now int64) error {
 // release ends request id's attempt on worker w in its router replica.
 func (s *sim) release(id, w int) {
 	if s.eps != nil {
-		s.eps[id%len(s.eps)][w].End()
+		r := &s.reqs[id]
+		s.eps[id%len(s.eps)][w].End(int64(r.PromptTokens + r.OutputTokens))
 	}
 }
 

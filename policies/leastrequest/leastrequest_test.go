@@ -19,7 +19,7 @@ func endpoints(t testing.TB, inFlight ...int) []*backends.Endpoint {
 		e, err := backends.NewEndpoint(fmt.Sprintf("http://10.0.0.%d:8000", i), 1)
 		require.NoError(t, err)
 		for range f {
-			e.Begin()
+			e.Begin(0)
 		}
 		eps[i] = e
 	}
@@ -73,7 +73,7 @@ func TestPickFollowsLoad(t *testing.T) {
 	for range 10 {
 		e, err := p.Pick(context.Background(), &policies.Request{}, eps)
 		require.NoError(t, err)
-		e.Begin()
+		e.Begin(0)
 	}
 	assert.Equal(t, int64(5), eps[0].InFlight())
 	assert.Equal(t, int64(5), eps[1].InFlight())

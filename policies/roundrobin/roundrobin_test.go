@@ -25,7 +25,7 @@ func endpoints(t testing.TB, n int) []*backends.Endpoint {
 
 func TestPickRotatesEvenly(t *testing.T) {
 	eps := endpoints(t, 3)
-	eps[0].Begin() // load is ignored by design
+	eps[0].Begin(0) // load is ignored by design
 	p, err := New(nil)
 	require.NoError(t, err)
 	counts := map[*backends.Endpoint]int{}
