@@ -7,6 +7,9 @@
 // nothing; a Factory decodes its parameters strictly and names a bad one.
 // Implementations live in subpackages (policies/roundrobin, ...);
 // policies/all is the one list of built-ins, registered explicitly from main.
+// This package also holds what several policies share: seeded lock-free
+// randomness (Rand, Stream, Sample), the load estimate (QueueDepth,
+// TwoChoices), and caches of per-pool structures (Memo, Ring, Affinity).
 //
 // This package may import backends for the read-only endpoint view; it must
 // never import the router.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"reflect"
 	"slices"
 
 	"go.yaml.in/yaml/v3"
@@ -77,7 +79,33 @@ func DecodeParams(params map[string]any, dst any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(dst); err != nil && !errors.Is(err, io.EOF) {
+		if k := badKey(params, dst); k != "" {
+			return fmt.Errorf("params: field %s: %w", k, err)
+		}
 		return fmt.Errorf("params: %w", err)
 	}
 	return nil
+}
+
+// badKey finds the first key (in sorted order) that fails to decode on its
+// own into a fresh value of dst's type, so an error can name the field
+// (yaml reports a wrong type by line and value only). It returns "" when
+// no single key fails.
+func badKey(params map[string]any, dst any) string {
+	t := reflect.TypeOf(dst)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return ""
+	}
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		b, err := yaml.Marshal(map[string]any{k: params[k]})
+		if err != nil {
+			return k
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(reflect.New(t.Elem()).Interface()); err != nil && !errors.Is(err, io.EOF) {
+			return k
+		}
+	}
+	return ""
 }

@@ -16,7 +16,7 @@ import (
 func TestRegistryBuildsEveryBuiltIn(t *testing.T) {
 	reg := policies.NewRegistry()
 	require.NoError(t, all.Register(reg))
-	assert.Equal(t, []string{"least_request", "round_robin"}, reg.Names())
+	assert.Equal(t, []string{"least_request", "p2c", "prefix_affinity", "queue_depth", "random", "round_robin", "scored", "session_affinity", "tokens_per_sec", "weighted"}, reg.Names())
 	e, err := backends.NewEndpoint("http://a:1", 1)
 	require.NoError(t, err)
 	for _, name := range reg.Names() {

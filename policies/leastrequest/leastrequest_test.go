@@ -79,6 +79,49 @@ func TestPickFollowsLoad(t *testing.T) {
 	assert.Equal(t, int64(5), eps[1].InFlight())
 }
 
+func TestPickLargePoolInWindows(t *testing.T) {
+	load := make([]int, 1000)
+	for i := range load {
+		load[i] = 2
+	}
+	load[700] = 1
+	eps := endpoints(t, load...)
+	p, err := New(nil)
+	require.NoError(t, err)
+	// Windows of 256 cover the pool within ceil(1000/256) = 4 picks.
+	found := false
+	for range 4 {
+		e, err := p.Pick(context.Background(), &policies.Request{}, eps)
+		require.NoError(t, err)
+		found = found || e == eps[700]
+	}
+	assert.True(t, found)
+}
+
+func TestPickLargePoolSpreadsTies(t *testing.T) {
+	load := make([]int, 1000)
+	for i := range load {
+		load[i] = 1
+	}
+	eps := endpoints(t, load...)
+	p, err := New(map[string]any{"scan": 100})
+	require.NoError(t, err)
+	seen := map[*backends.Endpoint]int{}
+	for range 1000 {
+		e, err := p.Pick(context.Background(), &policies.Request{}, eps)
+		require.NoError(t, err)
+		seen[e]++
+	}
+	assert.Len(t, seen, 1000, "every endpoint starts a window once")
+}
+
+func TestNewRejectsBadScan(t *testing.T) {
+	for _, bad := range []any{0, 2000, "all"} {
+		_, err := New(map[string]any{"scan": bad})
+		assert.ErrorContains(t, err, "scan")
+	}
+}
+
 func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{16, 256, 1000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {

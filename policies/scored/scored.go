@@ -1,0 +1,404 @@
+// Package scored is the scored policy: filters, weighted scorers and a
+// picker composed in config, in the manner of the Gateway API Inference
+// Extension's endpoint picker. Filters drop endpoints that should not take
+// the request; each scorer rates the rest from 0 (worst) to 1 (best) on one
+// signal; the picker chooses by the weighted sum. Use it to combine signals
+// no single policy weighs the way a deployment needs, such as prefix
+// affinity plus queue depth plus free KV cache.
+//
+// Filters (type, max):
+//   - queue_depth: keep endpoints whose policies.QueueDepth is at most max.
+//   - kv_usage: keep endpoints whose scraped KV-cache use is at most max
+//     (0..1); an endpoint not reporting it is kept.
+//   - in_flight: keep endpoints with at most max requests in flight from
+//     this replica.
+//
+// If the filters leave no endpoint the pick ignores them rather than fail:
+// the router has already removed endpoints that cannot serve.
+//
+// Scorers (type, weight, and depth for prefix):
+//   - queue_depth: 1 - queue/longest queue among the candidates.
+//   - in_flight_tokens: 1 - tokens/most tokens among the candidates.
+//   - kv_cache: free KV cache, 1 - KV use; 0.5 when unknown.
+//   - throughput: measured tokens/sec over the fastest candidate's; an
+//     unmeasured endpoint counts as the mean of the measured ones (1 when
+//     none is measured).
+//   - prefix: 1 for the endpoint owning the request's prefix hash at depth
+//     blocks on a consistent-hash ring of the pool, else 0 (0 for all when
+//     the request has no prefix hashes).
+//   - session: the same for the request's session key.
+//
+// Pickers: max (default) chooses at random among the candidates scoring
+// within Tolerance × (sum of weights) of the best, so near-ties do not herd;
+// weighted_random chooses in proportion to score.
+//
+// Cost: unlike the other policies, scored reads each candidate two or three
+// times (once for the pool's extremes, once to score, once to choose), about
+// 10 ns per candidate and pass, so a pick considers at most Sample
+// endpoints: scoring all 1,000 of a large pool would take tens of
+// microseconds. It allocates nothing per pick.
+package scored
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies"
+)
+
+// Name is the policy's config name.
+const Name = "scored"
+
+// Params are the policy's config parameters.
+type Params struct {
+	// Filters drop endpoints before scoring. Default none.
+	Filters []FilterParams `yaml:"filters"`
+	// Scorers rate endpoints. Default queue_depth and kv_cache, weight 1
+	// each.
+	Scorers []ScorerParams `yaml:"scorers"`
+	// Picker is max or weighted_random. Default max.
+	Picker string `yaml:"picker"`
+	// Tolerance is, for the max picker, how far below the best score a
+	// candidate may be and still be chosen, as a fraction of the sum of
+	// the scorers' weights, 0..1. Default 0.02.
+	Tolerance float64 `yaml:"tolerance"`
+	// Sample is how many endpoints a pick considers, >= 1: a pool no larger
+	// is considered in full, a larger one by uniform random draws. Default
+	// 32.
+	Sample int `yaml:"sample"`
+	// Seed makes the random draws reproducible. Default 0: seeded at random.
+	Seed uint64 `yaml:"seed"`
+}
+
+// FilterParams configures one filter.
+type FilterParams struct {
+	// Type is queue_depth, kv_usage or in_flight.
+	Type string `yaml:"type"`
+	// Max is the highest value an endpoint may have and be kept; >= 0.
+	Max float64 `yaml:"max"`
+}
+
+// ScorerParams configures one scorer.
+type ScorerParams struct {
+	// Type is queue_depth, in_flight_tokens, kv_cache, throughput, prefix
+	// or session.
+	Type string `yaml:"type"`
+	// Weight multiplies the scorer's 0..1 rating; > 0. Default 1.
+	Weight float64 `yaml:"weight"`
+	// Depth is, for prefix, which prefix hash keys the request (see
+	// prefix_affinity). Default 8.
+	Depth int `yaml:"depth"`
+}
+
+type kind int
+
+const (
+	queueDepth kind = iota
+	inFlight
+	kvUsage
+	inFlightTokens
+	kvCache
+	throughput
+	prefix
+	session
+)
+
+func filterKind(name string) (kind, bool) {
+	switch name {
+	case "queue_depth":
+		return queueDepth, true
+	case "kv_usage":
+		return kvUsage, true
+	case "in_flight":
+		return inFlight, true
+	}
+	return 0, false
+}
+
+func scorerKind(name string) (kind, bool) {
+	switch name {
+	case "queue_depth":
+		return queueDepth, true
+	case "in_flight_tokens":
+		return inFlightTokens, true
+	case "kv_cache":
+		return kvCache, true
+	case "throughput":
+		return throughput, true
+	case "prefix":
+		return prefix, true
+	case "session":
+		return session, true
+	}
+	return 0, false
+}
+
+type filter struct {
+	kind kind
+	max  float64
+}
+
+type scorer struct {
+	kind   kind
+	weight float64
+	depth  int
+}
+
+// rnd is the randomness a Balancer draws from, once per pick.
+type rnd interface{ Uint64() uint64 }
+
+// Balancer scores endpoints and picks by score. Safe for concurrent use.
+type Balancer struct {
+	rnd      rnd
+	filters  []filter
+	scorers  []scorer
+	random   bool
+	tol      float64
+	sample   int
+	aff      *policies.Affinity
+	needsAff bool
+}
+
+var _ policies.Picker = (*Balancer)(nil)
+
+// New builds the policy from its params (see Params).
+func New(params map[string]any) (policies.Picker, error) {
+	p := Params{Tolerance: 0.02, Sample: 32}
+	if err := policies.DecodeParams(params, &p); err != nil {
+		return nil, err
+	}
+	if len(p.Scorers) == 0 {
+		p.Scorers = []ScorerParams{{Type: "queue_depth"}, {Type: "kv_cache"}}
+	}
+	b := &Balancer{rnd: policies.NewRand(p.Seed), tol: p.Tolerance, sample: p.Sample, aff: policies.NewAffinity(32)}
+	for i, f := range p.Filters {
+		k, ok := filterKind(f.Type)
+		if !ok {
+			return nil, fmt.Errorf("params: filters[%d].type: unknown filter %q (want queue_depth, kv_usage or in_flight)", i, f.Type)
+		}
+		if !(f.Max >= 0) {
+			return nil, fmt.Errorf("params: filters[%d].max: want >= 0, got %v", i, f.Max)
+		}
+		b.filters = append(b.filters, filter{k, f.Max})
+	}
+	for i, s := range p.Scorers {
+		k, ok := scorerKind(s.Type)
+		if !ok {
+			return nil, fmt.Errorf("params: scorers[%d].type: unknown scorer %q (want queue_depth, in_flight_tokens, kv_cache, throughput, prefix or session)", i, s.Type)
+		}
+		if s.Weight == 0 {
+			s.Weight = 1
+		}
+		if !(s.Weight > 0) {
+			return nil, fmt.Errorf("params: scorers[%d].weight: want > 0, got %v", i, s.Weight)
+		}
+		if s.Depth == 0 {
+			s.Depth = 8
+		}
+		if s.Depth < 1 {
+			return nil, fmt.Errorf("params: scorers[%d].depth: want >= 1, got %d", i, s.Depth)
+		}
+		if s.Depth != 8 && k != prefix {
+			return nil, fmt.Errorf("params: scorers[%d].depth: only the prefix scorer takes a depth", i)
+		}
+		b.needsAff = b.needsAff || k == prefix || k == session
+		b.scorers = append(b.scorers, scorer{k, s.Weight, s.Depth})
+	}
+	switch p.Picker {
+	case "", "max":
+	case "weighted_random":
+		b.random = true
+	default:
+		return nil, fmt.Errorf("params: picker: want max or weighted_random, got %q", p.Picker)
+	}
+	if !(p.Tolerance >= 0 && p.Tolerance <= 1) {
+		return nil, fmt.Errorf("params: tolerance: want 0..1, got %v", p.Tolerance)
+	}
+	if p.Sample < 1 {
+		return nil, fmt.Errorf("params: sample: want >= 1, got %d", p.Sample)
+	}
+	return b, nil
+}
+
+// stats are the candidates' extremes that scores are relative to, and the
+// endpoints owning the request's keys.
+type stats struct {
+	filtered             bool
+	maxQueue, maxTokens  int64
+	maxSpeed, meanSpeed  float64
+	prefixOwner, session *backends.Endpoint
+}
+
+// Pick returns the best-scoring endpoint by the configured picker.
+func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.Endpoint) (*backends.Endpoint, error) {
+	n := len(eps)
+	if n == 0 {
+		return nil, policies.ErrNoEndpoint
+	}
+	if n == 1 {
+		return eps[0], nil
+	}
+	seed := b.rnd.Uint64()
+	k := b.sample
+	st := b.stats(r, eps, seed, k)
+
+	// Score, tracking the best and, for weighted_random, choosing by
+	// weighted reservoir sampling in the same pass.
+	pick := policies.NewStream(^seed)
+	var chosen, best *backends.Endpoint
+	bestScore, total := 0.0, 0.0
+	s := policies.NewSample(seed, n, k)
+	for i, ok := s.Next(); ok; i, ok = s.Next() {
+		e := eps[i]
+		if st.filtered && !b.keep(e) {
+			continue
+		}
+		v := b.score(e, &st)
+		if best == nil || v > bestScore {
+			best, bestScore = e, v
+		}
+		if b.random {
+			total += v
+			if chosen == nil || (total > 0 && pick.Float64()*total < v) {
+				chosen = e
+			}
+		}
+	}
+	if b.random {
+		return chosen, nil
+	}
+	// Choose uniformly among the candidates within tolerance of the best.
+	limit := bestScore - b.tol*b.weightSum()
+	seen := 0
+	chosen = best
+	s = policies.NewSample(seed, n, k)
+	for i, ok := s.Next(); ok; i, ok = s.Next() {
+		e := eps[i]
+		if st.filtered && !b.keep(e) {
+			continue
+		}
+		if b.score(e, &st) >= limit {
+			if seen++; seen == 1 || pick.IntN(seen) == 0 {
+				chosen = e
+			}
+		}
+	}
+	return chosen, nil
+}
+
+func (b *Balancer) weightSum() float64 {
+	var w float64
+	for _, s := range b.scorers {
+		w += s.weight
+	}
+	return w
+}
+
+// stats makes the first pass over the candidates.
+func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uint64, k int) stats {
+	var st stats
+	if len(b.filters) > 0 {
+		s := policies.NewSample(seed, len(eps), k)
+		for i, ok := s.Next(); ok; i, ok = s.Next() {
+			if b.keep(eps[i]) {
+				st.filtered = true
+				break
+			}
+		}
+	}
+	var known, sum float64
+	s := policies.NewSample(seed, len(eps), k)
+	for i, ok := s.Next(); ok; i, ok = s.Next() {
+		e := eps[i]
+		if st.filtered && !b.keep(e) {
+			continue
+		}
+		st.maxQueue = max(st.maxQueue, policies.QueueDepth(e))
+		st.maxTokens = max(st.maxTokens, e.InFlightTokens())
+		if v := e.TokensPerSec(); v > 0 {
+			st.maxSpeed = max(st.maxSpeed, v)
+			known++
+			sum += v
+		}
+	}
+	if known > 0 {
+		st.meanSpeed = sum / known
+	}
+	if b.needsAff {
+		for _, sc := range b.scorers {
+			switch {
+			case sc.kind == prefix && len(r.PrefixHashes) > 0:
+				st.prefixOwner = eps[b.aff.Owner(eps, r.PrefixHashes[min(sc.depth, len(r.PrefixHashes))-1])]
+			case sc.kind == session && r.SessionKey != "":
+				st.session = eps[b.aff.Owner(eps, policies.HashString(r.SessionKey))]
+			}
+		}
+	}
+	return st
+}
+
+// keep reports whether e passes every filter.
+func (b *Balancer) keep(e *backends.Endpoint) bool {
+	for _, f := range b.filters {
+		switch f.kind {
+		case queueDepth:
+			if float64(policies.QueueDepth(e)) > f.max {
+				return false
+			}
+		case inFlight:
+			if float64(e.InFlight()) > f.max {
+				return false
+			}
+		case kvUsage:
+			if l := e.Load(); l != nil && l.KVUsage >= 0 && l.KVUsage > f.max {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// score is e's weighted sum of ratings.
+func (b *Balancer) score(e *backends.Endpoint, st *stats) float64 {
+	var v float64
+	for _, s := range b.scorers {
+		var x float64
+		switch s.kind {
+		case queueDepth:
+			x = 1
+			if st.maxQueue > 0 {
+				x = 1 - float64(policies.QueueDepth(e))/float64(st.maxQueue)
+			}
+		case inFlightTokens:
+			x = 1
+			if st.maxTokens > 0 {
+				x = 1 - float64(e.InFlightTokens())/float64(st.maxTokens)
+			}
+		case kvCache:
+			x = 0.5
+			if l := e.Load(); l != nil && l.KVUsage >= 0 {
+				x = 1 - min(l.KVUsage, 1)
+			}
+		case throughput:
+			x = 1
+			if st.maxSpeed > 0 {
+				sp := e.TokensPerSec()
+				if sp == 0 {
+					sp = st.meanSpeed
+				}
+				x = min(sp/st.maxSpeed, 1)
+			}
+		case prefix:
+			if e == st.prefixOwner {
+				x = 1
+			}
+		case session:
+			if e == st.session {
+				x = 1
+			}
+		}
+		v += s.weight * max(x, 0)
+	}
+	return v
+}

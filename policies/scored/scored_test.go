@@ -1,0 +1,134 @@
+package scored
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/policytest"
+)
+
+func newBalancer(t testing.TB, params map[string]any) policies.Picker {
+	t.Helper()
+	if params == nil {
+		params = map[string]any{}
+	}
+	params["seed"] = 6
+	p, err := New(params)
+	require.NoError(t, err)
+	return p
+}
+
+func kv(waiting, running int, use float64) *backends.Load {
+	l := policytest.Scraped(waiting, running)
+	l.KVUsage = use
+	return l
+}
+
+func scorers(s ...map[string]any) map[string]any {
+	list := make([]any, len(s))
+	for i, x := range s {
+		list[i] = x
+	}
+	return map[string]any{"scorers": list, "tolerance": 0}
+}
+
+func TestPickByScore(t *testing.T) {
+	tests := []struct {
+		name   string
+		params map[string]any
+		specs  []policytest.Spec
+		want   int
+	}{
+		{"default: queue and free KV", nil,
+			[]policytest.Spec{{Load: kv(2, 8, 0.9)}, {Load: kv(0, 4, 0.3)}, {Load: kv(0, 10, 0.2)}}, 1},
+		{"stale scrape scored by in-flight", scorers(map[string]any{"type": "queue_depth"}),
+			[]policytest.Spec{{Load: kv(0, 0, 0.1), Stale: true, InFlight: 5}, {InFlight: 2}}, 1},
+		{"throughput, unmeasured at the mean", scorers(map[string]any{"type": "throughput"}),
+			[]policytest.Spec{{TokensPerSec: 30}, {}, {TokensPerSec: 90}}, 2},
+		{"in-flight tokens", scorers(map[string]any{"type": "in_flight_tokens"}),
+			[]policytest.Spec{{InFlight: 3}, {InFlight: 1, Tokens: 50}, {InFlight: 1}}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eps := policytest.Build(t, tt.specs...)
+			c := policytest.Counts(t, newBalancer(t, tt.params), &policies.Request{}, eps, 20)
+			assert.Equal(t, 20, c[tt.want])
+		})
+	}
+}
+
+func TestFiltersAndTheirFallback(t *testing.T) {
+	eps := policytest.Build(t, policytest.Spec{Load: kv(0, 0, 0.99)}, policytest.Spec{Load: kv(0, 6, 0.5)}, policytest.Spec{Load: kv(0, 9, -1)})
+	p := newBalancer(t, map[string]any{
+		"filters": []any{map[string]any{"type": "kv_usage", "max": 0.95}, map[string]any{"type": "queue_depth", "max": 8}},
+		"scorers": []any{map[string]any{"type": "queue_depth"}},
+	})
+	c := policytest.Counts(t, p, &policies.Request{}, eps, 20)
+	assert.Equal(t, 20, c[1], "the idle endpoint is full, the third too busy")
+
+	p = newBalancer(t, map[string]any{"filters": []any{map[string]any{"type": "in_flight", "max": 0}}})
+	busy := policytest.Build(t, policytest.Spec{InFlight: 2, Load: kv(0, 2, 0.5)}, policytest.Spec{InFlight: 1, Load: kv(0, 1, 0.5)})
+	c = policytest.Counts(t, p, &policies.Request{}, busy, 20)
+	assert.Equal(t, 20, c[1], "no endpoint passes: filters are ignored")
+}
+
+func TestPrefixAndSessionScorers(t *testing.T) {
+	eps := policytest.Idle(t, 8)
+	p := newBalancer(t, scorers(map[string]any{"type": "prefix", "weight": 2, "depth": 2}, map[string]any{"type": "queue_depth"}))
+	r := &policies.Request{PrefixHashes: []uint64{11, 22, 33}}
+	c := policytest.Counts(t, p, r, eps, 20)
+	home := -1
+	for i, n := range c {
+		if n == 20 {
+			home = i
+		}
+	}
+	require.GreaterOrEqual(t, home, 0, "one endpoint takes the prefix: %v", c)
+	assert.Equal(t, c, policytest.Counts(t, p, &policies.Request{PrefixHashes: []uint64{11, 22, 99}}, eps, 20), "same key at depth 2")
+
+	p = newBalancer(t, scorers(map[string]any{"type": "session"}))
+	c = policytest.Counts(t, p, &policies.Request{SessionKey: "bob"}, eps, 20)
+	assert.Contains(t, c, 20)
+}
+
+func TestWeightedRandomPicker(t *testing.T) {
+	eps := policytest.Build(t, policytest.Spec{Load: kv(0, 0, 0.25)}, policytest.Spec{Load: kv(0, 0, 0.75)})
+	p := newBalancer(t, map[string]any{"picker": "weighted_random", "scorers": []any{map[string]any{"type": "kv_cache"}}})
+	c := policytest.Counts(t, p, &policies.Request{}, eps, 4000)
+	assert.InDelta(t, 3000, c[0], 150)
+}
+
+func TestNewRejectsBadParams(t *testing.T) {
+	tests := []struct {
+		params map[string]any
+		field  string
+	}{
+		{map[string]any{"filters": []any{map[string]any{"type": "gpu"}}}, "filters[0].type"},
+		{map[string]any{"filters": []any{map[string]any{"type": "in_flight", "max": -1}}}, "filters[0].max"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "queue_depth"}, map[string]any{"type": "luck"}}}, "scorers[1].type"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "weight": -1}}}, "scorers[0].weight"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "depth": 3}}}, "scorers[0].depth"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "bias": 3}}}, "bias"},
+		{map[string]any{"picker": "min"}, "picker"},
+		{map[string]any{"tolerance": 2}, "tolerance"},
+		{map[string]any{"sample": 0}, "sample"},
+	}
+	for _, tt := range tests {
+		_, err := New(tt.params)
+		assert.ErrorContains(t, err, tt.field)
+	}
+}
+
+func BenchmarkPick(b *testing.B) {
+	r := &policies.Request{PromptTokens: 500, PrefixHashes: []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9}}
+	b.Run("default", func(b *testing.B) { policytest.BenchmarkPick(b, newBalancer(b, nil), r) })
+	b.Run("prefix+queue+kv/sample8", func(b *testing.B) {
+		policytest.BenchmarkPick(b, newBalancer(b, map[string]any{"sample": 8, "scorers": []any{
+			map[string]any{"type": "prefix", "weight": 2}, map[string]any{"type": "queue_depth"}, map[string]any{"type": "kv_cache"},
+		}}), r)
+	})
+}
