@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build run test test-short lint fmt bench bench-overhead validate fidelity fuzz clean
+.PHONY: all build run test test-short lint fmt bench bench-overhead bench-policies bench-policies-live validate fidelity fuzz clean
 
 all: build
 
@@ -40,6 +40,14 @@ bench:
 ## bench-overhead: sluice-bench load straight to a worker and through Sluice, side by side
 bench-overhead: build
 	./deploy/overhead.sh
+
+## bench-policies: every routing policy and the oracle in simulation, one table per scenario (a few minutes)
+bench-policies: build
+	./deploy/bench-policies.sh
+
+## bench-policies-live: the same comparison with real gpuworkers behind a real Sluice on loopback (~5 minutes)
+bench-policies-live: build
+	./deploy/bench-policies-live.sh
 
 ## validate: the GPU model against published measurements (GPU-FACTS.md)
 validate: build

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-llm/sluice/cmd/sluice-bench/loadgen"
+	"github.com/sluice-llm/sluice/cmd/sluice-bench/report"
 	"github.com/sluice-llm/sluice/gpuworker/fleet"
 	"github.com/sluice-llm/sluice/gpuworker/workload"
 )
@@ -40,6 +42,7 @@ type loadFlags struct {
 	outputMean, outputSD  float64
 	outputMax, maxContext int
 	timeout               time.Duration
+	goodTTFT, goodTPOT    time.Duration
 	quiet                 bool
 	timeScale             float64
 	fleet                 string
@@ -91,6 +94,8 @@ Flags:
 	fs.IntVar(&f.outputMax, "output-max", 2048, "synthetic output length maximum")
 	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
 	fs.DurationVar(&f.timeout, "request-timeout", 10*time.Minute, "fail a request that takes longer than this (0 = no limit)")
+	fs.DurationVar(&f.goodTTFT, "goodput-ttft", time.Second, "goodput counts requests with TTFT at most this")
+	fs.DurationVar(&f.goodTPOT, "goodput-tpot", 100*time.Millisecond, "goodput counts requests with TPOT at most this")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line on stderr")
 	fs.StringVar(&f.fleet, "fleet", "", "fleet `spec` behind the target, e.g. 4xh100-llama3-8b; with --load, sets the rate from its estimated capacity")
 	fs.Float64Var(&f.load, "load", 0, "offered load as a multiple of the --fleet capacity estimate, instead of --rate")
@@ -144,14 +149,17 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if res.Interrupted {
 		fmt.Fprintf(stderr, "sluice-bench load: interrupted; reporting the %d requests sent\n", len(res.Samples))
 	}
-	rep := res.Report()
+	rep := loadReport{Report: res.Report(), Goodput: report.Goodput(res.Samples, res.Elapsed, f.goodTTFT, f.goodTPOT)}
 	code := exitOK
 	if err := rep.WriteTable(stdout); err != nil {
 		fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
 		code = exitError
+	} else if _, err := fmt.Fprintf(stdout, "Goodput (req/s, TTFT<=%v and TPOT<=%v): %.2f\n", f.goodTTFT, f.goodTPOT, rep.Goodput); err != nil {
+		fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
+		code = exitError
 	}
 	if f.jsonOut != "" {
-		if err := writeJSONFile(f.jsonOut, rep.WriteJSON); err != nil {
+		if err := writeJSONFile(f.jsonOut, rep.writeJSON); err != nil {
 			fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
 			code = exitError
 		}
@@ -160,6 +168,21 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = exitInterrupted
 	}
 	return code
+}
+
+// loadReport is the load report plus goodput, which needs the SLO flags.
+type loadReport struct {
+	report.Report
+	Goodput float64 `json:"goodput"`
+}
+
+func (r loadReport) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("write load json: %w", err)
+	}
+	return nil
 }
 
 // validate reports every bad flag combination at once.
@@ -255,6 +278,9 @@ func (f *loadFlags) workload(stderr io.Writer) ([]workload.Request, error) {
 		if dropped > 0 {
 			fmt.Fprintf(stderr, "sluice-bench load: dropped %d requests longer than %d tokens\n", dropped, f.maxContext)
 		}
+		// Cut to --requests first, so --rate and --load describe what is
+		// sent (as simulate does), not the whole trace.
+		reqs = workload.Limit(reqs, f.requests)
 		rate := f.rate
 		if f.load > 0 {
 			if rate, err = f.offeredRate(reqs, stderr); err != nil {
@@ -267,7 +293,6 @@ func (f *loadFlags) workload(stderr io.Writer) ([]workload.Request, error) {
 			}
 		}
 		reqs = workload.Until(reqs, f.duration)
-		reqs = workload.Limit(reqs, f.requests)
 	}
 	if len(reqs) == 0 {
 		return nil, errors.New("the workload has no requests")

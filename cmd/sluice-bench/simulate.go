@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -46,6 +45,8 @@ type simFlags struct {
 	outputMax            int
 	goodTTFT, goodTPOT   time.Duration
 	perWorker            bool
+	scrapeInterval       time.Duration
+	table                string
 }
 
 func newSimFlagSet(f *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -70,7 +71,7 @@ Flags:
 	fs.StringVar(&f.trace, "trace", "", "replay this trace `file` (Azure CSV or Mooncake JSONL)")
 	fs.StringVar(&f.traceFormat, "trace-format", "", "trace format: azure or mooncake; default from the file extension")
 	fs.BoolVar(&f.synthetic, "synthetic", false, "generate a synthetic Poisson workload instead of a trace")
-	fs.StringVar(&f.policies, "policy", defaultPolicyAlias, "comma-separated routing `policies` to compare; \"default\" is Sluice's default ("+configs.DefaultPolicy+")")
+	fs.StringVar(&f.policies, "policy", defaultPolicyAlias, "comma-separated routing `policies` to compare; \"default\" is Sluice's default ("+configs.DefaultPolicy+"), \"all\" every registered policy; NAME:{k: v, ...} passes params (YAML flow map)")
 	fs.BoolVar(&f.oracle, "oracle", false, "add a row for the ideal central scheduler with perfect knowledge of every engine")
 	fs.Float64Var(&f.load, "load", 0, "scale arrivals so the offered load is this multiple of the estimated capacity (0 keeps a trace's timing; synthetic default 0.8)")
 	fs.IntVar(&f.requests, "requests", 0, "simulate at most this many requests (synthetic default 10000; 0 = the whole trace)")
@@ -87,6 +88,8 @@ Flags:
 	fs.DurationVar(&f.goodTTFT, "goodput-ttft", time.Second, "goodput counts requests with TTFT at most this")
 	fs.DurationVar(&f.goodTPOT, "goodput-tpot", 100*time.Millisecond, "goodput counts requests with TPOT at most this")
 	fs.BoolVar(&f.perWorker, "per-worker", false, "print one line per worker instead of per fleet group")
+	fs.DurationVar(&f.scrapeInterval, "scrape-interval", fleet.DefaultScrapeInterval, "how often each router replica stores every worker's scraped load, in virtual time (0 = never scrape)")
+	fs.StringVar(&f.table, "table", tableFull, "output: full (a report per policy, then a comparison) or compact (one comparison table with a scenario header)")
 	return fs
 }
 
@@ -107,6 +110,12 @@ func (f *simFlags) validate() error {
 	}
 	if f.routers < 1 {
 		errs = append(errs, errors.New("--routers must be at least 1"))
+	}
+	if f.scrapeInterval < 0 {
+		errs = append(errs, errors.New("--scrape-interval must not be negative"))
+	}
+	if f.table != tableFull && f.table != tableCompact {
+		errs = append(errs, fmt.Errorf("--table must be %s or %s", tableFull, tableCompact))
 	}
 	if f.trace == "" && f.traceFormat != "" {
 		errs = append(errs, errors.New("--trace-format needs --trace"))
@@ -137,22 +146,22 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 		return exitUsage
 	}
-	names, err := f.policyNames()
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
-		return exitUsage
-	}
 	reg := policies.NewRegistry()
 	if err := all.Register(reg); err != nil {
 		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 		return exitError
 	}
-	for _, n := range names {
-		if n == oracleName {
+	rows, err := f.policyRows(reg)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+		return exitUsage
+	}
+	for _, r := range rows {
+		if r.oracle {
 			continue
 		}
-		if _, err := reg.New(n, nil); err != nil {
-			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+		if _, err := reg.New(r.name, r.params); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %s: %v\n", r.label, err)
 			return exitUsage
 		}
 	}
@@ -164,18 +173,22 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 
 	out := simOutput{Fleet: spec.String(), Workers: spec.Workers(), Routers: f.routers, CapacityEstimate: capacity, Requests: len(reqs)}
+	scrape := f.scrapeInterval
+	if scrape == 0 {
+		scrape = -1 // fleet.Options: negative turns scraping off
+	}
 	samples := make([]report.Sample, len(reqs))
-	for _, name := range names {
+	for _, pr := range rows {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "sluice-bench simulate: interrupted")
 			return exitInterrupted
 		}
-		opts := fleet.Options{Spec: spec, Oracle: name == oracleName}
+		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape}
 		if !opts.Oracle {
 			for range f.routers {
-				p, err := reg.New(name, nil)
+				p, err := reg.New(pr.name, pr.params)
 				if err != nil {
-					fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+					fmt.Fprintf(stderr, "sluice-bench simulate: %s: %v\n", pr.label, err)
 					return exitError
 				}
 				opts.Pickers = append(opts.Pickers, p)
@@ -184,19 +197,26 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		start := time.Now()
 		res, err := fleet.Run(opts, reqs)
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice-bench simulate: %s: %v\n", name, err)
+			fmt.Fprintf(stderr, "sluice-bench simulate: %s: %v\n", pr.label, err)
 			return exitError
 		}
 		fmt.Fprintf(stderr, "sluice-bench simulate: %s: %d requests on %d workers in %.2fs wall\n",
-			name, len(reqs), spec.Workers(), time.Since(start).Seconds())
-		row := summarizeSim(name, spec, res, samples, f.goodTTFT, f.goodTPOT)
-		if err := row.write(stdout, res, f.perWorker); err != nil {
-			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
-			return exitError
+			pr.label, len(reqs), spec.Workers(), time.Since(start).Seconds())
+		row := summarizeSim(pr.label, spec, res, samples, f.goodTTFT, f.goodTPOT)
+		if f.table == tableFull {
+			if err := row.write(stdout, res, f.perWorker); err != nil {
+				fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+				return exitError
+			}
 		}
 		out.Results = append(out.Results, row)
 	}
-	if len(out.Results) > 1 {
+	if f.table == tableCompact {
+		if err := writeCompact(stdout, f.scenario(spec, capacity, workload.Summarize(reqs).RatePerSec/capacity, len(reqs)), out.Results); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+			return exitError
+		}
+	} else if len(out.Results) > 1 {
 		if err := writeComparison(stdout, out.Results); err != nil {
 			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 			return exitError
@@ -209,28 +229,6 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 	}
 	return exitOK
-}
-
-// policyNames expands --policy and --oracle into the rows to simulate.
-func (f *simFlags) policyNames() ([]string, error) {
-	var names []string
-	for n := range strings.SplitSeq(f.policies, ",") {
-		n = strings.TrimSpace(n)
-		switch n {
-		case "":
-			continue
-		case defaultPolicyAlias:
-			n = configs.DefaultPolicy
-		}
-		names = append(names, n)
-	}
-	if f.oracle {
-		names = append(names, oracleName)
-	}
-	if len(names) == 0 {
-		return nil, errors.New("--policy names no policy")
-	}
-	return names, nil
 }
 
 // workload builds the requests, estimates the fleet's capacity for them and
@@ -313,10 +311,13 @@ func (o simOutput) writeJSON(w io.Writer) error {
 type simResult struct {
 	Policy string `json:"policy"`
 	report.Report
-	Goodput        float64     `json:"goodput"`
-	PrefixHitRatio float64     `json:"prefix_hit_ratio"`
-	Utilization    float64     `json:"utilization"`
-	Groups         []groupStat `json:"groups"`
+	Goodput        float64 `json:"goodput"`
+	PrefixHitRatio float64 `json:"prefix_hit_ratio"`
+	Utilization    float64 `json:"utilization"`
+	// UtilSpread is the largest gap between two workers' utilization
+	// within one fleet group: how unevenly a policy loads equal workers.
+	UtilSpread float64     `json:"utilization_spread"`
+	Groups     []groupStat `json:"groups"`
 }
 
 // groupStat summarizes one fleet group's workers.
@@ -368,6 +369,7 @@ func summarizeSim(name string, spec fleet.Spec, res *fleet.Result, samples []rep
 			gs.PrefixHitRatio = float64(h) / float64(q)
 		}
 		row.Groups = append(row.Groups, gs)
+		row.UtilSpread = max(row.UtilSpread, gs.UtilMax-gs.UtilMin)
 		w += g.Count
 	}
 	row.Utilization = busy / float64(len(res.Workers))

@@ -68,6 +68,10 @@ func TestSimulateUsageErrors(t *testing.T) {
 		{"bad routers", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--routers", "0"}},
 		{"negative load", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--load", "-1"}},
 		{"extra argument", []string{"--fleet", "h100-llama3-8b", "--synthetic", "extra"}},
+		{"bad table", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--table", "wide"}},
+		{"negative scrape", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--scrape-interval", "-1s"}},
+		{"bad params", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--policy", "round_robin:{nope: 1}"}},
+		{"unparsable params", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--policy", "round_robin:{"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

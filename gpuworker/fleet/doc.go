@@ -5,7 +5,12 @@
 // *backends.Endpoint per worker. Each arrival is routed by the replica's
 // policies.Picker over that replica's endpoints (Begin on dispatch, End when
 // the request finishes), so a policy sees exactly the in-flight counts it
-// would see in production. The event loop is a min-heap of each busy
+// would see in production. It also feeds the other production signals: every
+// Options.ScrapeInterval of virtual time each replica stores each worker's
+// engine load (waiting, running, KV use) with StoreLoad, at a phase of its
+// own; each completed answer's TTFT and decode rate are observed on the
+// routing replica's endpoint; and Request.PrefixHashes carries one chained
+// hash per trace hash id (see PrefixHashes). The event loop is a min-heap of each busy
 // engine's next step end plus the next arrival: no goroutines, no wall clock,
 // and no allocation per step in the steady state.
 //

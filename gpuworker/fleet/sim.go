@@ -35,7 +35,17 @@ type Options struct {
 	Oracle bool
 	// Model fills policies.Request.Model; default "sim".
 	Model string
+	// ScrapeInterval is how often, in virtual time, each router replica
+	// stores every worker's engine load (waiting, running, KV use) into its
+	// endpoint, as the live scraper does. Replicas scrape at staggered
+	// phases, as independent processes would. Zero means
+	// DefaultScrapeInterval; negative turns scraping off, so policies see no
+	// Load at all.
+	ScrapeInterval time.Duration
 }
+
+// DefaultScrapeInterval is the live scraper's default period.
+const DefaultScrapeInterval = 100 * time.Millisecond
 
 // epoch is the virtual time of offset zero. Any fixed instant works; the
 // engines only compare and subtract times.
@@ -65,6 +75,16 @@ type sim struct {
 	finished int64 // ns of the latest completion
 
 	oracle *oracle
+
+	// Scraping: scrapeEvery is the period in ns (0 = off), nextScrape the
+	// next tick of each replica. version counts the changes of each
+	// worker's engine; stored[replica*workers+w] is the version the
+	// replica last stored, so an unchanged engine is not stored again.
+	scrapeEvery int64
+	nextScrape  []int64
+	version     []uint64
+	stored      []uint64
+	prefix      []uint64 // scratch for policies.Request.PrefixHashes
 }
 
 // Run simulates the fleet serving reqs (sorted by Arrival, as workload
@@ -124,6 +144,7 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 		s.oracle = newOracle(s)
 		return s, nil
 	}
+	s.initScrape()
 	s.index = make(map[*backends.Endpoint]int, n)
 	for range opts.Pickers {
 		row := make([]*backends.Endpoint, n)
@@ -147,6 +168,9 @@ func (s *sim) loop() error {
 	for next < len(s.reqs) || s.heap.len() > 0 {
 		if next < len(s.reqs) {
 			if s.heap.len() == 0 || s.arrival[next] <= s.heap.key[s.heap.items[0]] {
+				if s.scrapeEvery > 0 {
+					s.scrapeUntil(s.arrival[next])
+				}
 				if err := s.arrive(next); err != nil {
 					return err
 				}
@@ -155,6 +179,9 @@ func (s *sim) loop() error {
 			}
 		}
 		w, t := s.heap.top()
+		if s.scrapeEvery > 0 {
+			s.scrapeUntil(t)
+		}
 		if err := s.step(w, t); err != nil {
 			return err
 		}
@@ -174,6 +201,11 @@ func (s *sim) arrive(id int) error {
 	r := &s.reqs[id]
 	s.preq.PromptTokens = r.PromptTokens
 	s.preq.MaxTokens = r.OutputTokens
+	s.prefix = PrefixHashes(s.prefix[:0], r.HashIDs)
+	s.preq.PrefixHashes = s.prefix
+	if len(s.prefix) == 0 {
+		s.preq.PrefixHashes = nil
+	}
 	replica := id % len(s.opts.Pickers)
 	ep, err := s.opts.Pickers[replica].Pick(s.ctx, &s.preq, s.eps[replica])
 	if err != nil {
@@ -194,6 +226,7 @@ func (s *sim) submit(id, w int, now int64) error {
 	r := &s.reqs[id]
 	s.out[id].Worker = w
 	s.dispatch[w]++
+	s.changed(w)
 	req := gpuworker.Request{ID: uint64(id), PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens}
 	if r.HashIDs != nil {
 		req.BlockHashes = gpuworker.HashIDBlocks(r.HashIDs, r.PromptTokens)
@@ -221,9 +254,25 @@ func (s *sim) release(id, w int) {
 	}
 }
 
+// observe feeds request id's measured TTFT and decode rate to the endpoint
+// of the replica that routed it, as the live router measures the answers it
+// proxies.
+func (s *sim) observe(id, w int) {
+	if s.eps == nil {
+		return
+	}
+	o := &s.out[id]
+	ep := s.eps[id%len(s.eps)][w]
+	ep.ObserveTTFT(o.TTFT)
+	if o.OutputTokens > 1 {
+		ep.ObserveDecode(o.OutputTokens-1, o.E2E-o.TTFT)
+	}
+}
+
 // step advances worker w to now, records its events and reschedules it.
 func (s *sim) step(w int, now int64) error {
 	wasBusy := s.heap.pos[w] >= 0
+	s.changed(w)
 	s.events = s.engines[w].Step(epoch.Add(time.Duration(now)), s.events[:0])
 	for i := range s.events {
 		s.record(w, &s.events[i])
@@ -269,6 +318,7 @@ func (s *sim) record(w int, ev *gpuworker.Event) {
 		o.OutputTokens = ev.Tokens
 		o.E2E = time.Duration(t - s.arrival[id])
 		s.finished = max(s.finished, t)
+		s.observe(id, w)
 		s.release(id, w)
 	}
 }

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Routing policies compared live (make bench-policies-live): the scaled-down
+# twin of bench-policies with real processes on loopback.
+#
+# For each policy: starts fresh gpuworkers (H100 x H100S and L4 x L4S at
+# --speedup SPEEDUP, so every run begins with cold caches and empty queues)
+# and a real bin/sluice with a config generated for that policy, replays the
+# first REQUESTS requests of the Azure code trace through Sluice with
+# `sluice-bench load --fleet ... --load LOAD --time-scale SPEEDUP` (latencies
+# reported in the workers' simulated time), stops everything, and finally
+# prints one table with the bench-policies columns, followed by
+# `sluice-bench simulate` of the same fleet, slice and load for comparison.
+#
+# Builds nothing: run `make build` first. Knobs (environment): H100S=2 L4S=4
+# SPEEDUP=10 LOAD=0.8 REQUESTS=600 POLICIES=<every registered policy>
+# TRACE=<azure code trace> BASE_PORT=19500 (workers BASE_PORT.., Sluice
+# BASE_PORT-1) BIN=bin
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin}
+H100S=${H100S:-2}
+L4S=${L4S:-4}
+SPEEDUP=${SPEEDUP:-10}
+LOAD=${LOAD:-0.8}
+REQUESTS=${REQUESTS:-600}
+TRACE=${TRACE:-../shared/workloads/azure_llm_2023_code.csv}
+BASE_PORT=${BASE_PORT:-19500}
+MODEL=bench-model
+ROUTER_PORT=$((BASE_PORT - 1))
+FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
+WORKERS=$((H100S + L4S))
+
+for b in sluice gpuworker sluice-bench; do
+	[ -x "$BIN/$b" ] || { echo "bench-policies-live: $BIN/$b missing; run make build" >&2; exit 2; }
+done
+command -v python3 >/dev/null || { echo "bench-policies-live: needs python3 to print the table" >&2; exit 2; }
+if [ -z "${POLICIES:-}" ]; then
+	# Every registered policy: the simulator lists them.
+	POLICIES=$("$BIN/sluice-bench" simulate --fleet h100-llama3-8b --synthetic --requests 1 --policy all \
+		--table compact 2>/dev/null | awk 'NR > 3 { print $1 }' | paste -sd, -)
+fi
+
+tmp=$(mktemp -d)
+pids=()
+stop_all() {
+	if [ ${#pids[@]} -gt 0 ]; then
+		kill -TERM "${pids[@]}" 2>/dev/null || true
+		wait "${pids[@]}" 2>/dev/null || true
+	fi
+	pids=()
+}
+cleanup() {
+	trap - INT TERM EXIT
+	stop_all
+	rm -rf "$tmp"
+}
+trap 'cleanup; exit 130' INT
+trap 'cleanup; exit 143' TERM
+trap cleanup EXIT
+
+wait_for() { # url
+	for _ in $(seq 1 100); do
+		curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "bench-policies-live: $1 did not come up" >&2
+	return 1
+}
+
+run_policy() { # policy
+	local policy=$1
+	"$BIN/gpuworker" --listen "127.0.0.1:$BASE_PORT" --count "$H100S" --model "$MODEL" \
+		--profile h100-llama3-8b --speedup "$SPEEDUP" >"$tmp/h100.log" 2>&1 &
+	pids+=($!)
+	"$BIN/gpuworker" --listen "127.0.0.1:$((BASE_PORT + H100S))" --count "$L4S" --model "$MODEL" \
+		--profile l4-llama3-8b --speedup "$SPEEDUP" >"$tmp/l4.log" 2>&1 &
+	pids+=($!)
+	{
+		echo "listen: 127.0.0.1:$ROUTER_PORT"
+		echo "models:"
+		echo "  - name: $MODEL"
+		echo "    policy: $policy"
+		echo "    backends:"
+		for i in $(seq 0 $((WORKERS - 1))); do
+			echo "      - url: http://127.0.0.1:$((BASE_PORT + i))"
+		done
+	} >"$tmp/sluice.yaml"
+	for i in $(seq 0 $((WORKERS - 1))); do
+		wait_for "http://127.0.0.1:$((BASE_PORT + i))/health"
+	done
+	"$BIN/sluice" serve --config "$tmp/sluice.yaml" --log-level warn >"$tmp/sluice.log" 2>&1 &
+	pids+=($!)
+	wait_for "http://127.0.0.1:$ROUTER_PORT/readyz"
+	local start=$SECONDS
+	"$BIN/sluice-bench" load --target "http://127.0.0.1:$ROUTER_PORT" --model "$MODEL" --stream --quiet \
+		--trace "$TRACE" --requests "$REQUESTS" --fleet "$FLEET" --load "$LOAD" --time-scale "$SPEEDUP" \
+		--json "$tmp/live-$policy.json" >"$tmp/live-$policy.txt"
+	echo "bench-policies-live: $policy done in $((SECONDS - start))s wall" >&2
+	stop_all
+}
+
+echo "bench-policies-live: $FLEET at --speedup $SPEEDUP behind Sluice, first $REQUESTS requests of $(basename "$TRACE") at --load $LOAD; policies: $POLICIES" >&2
+IFS=, read -r -a list <<<"$POLICIES"
+for p in "${list[@]}"; do
+	run_policy "$p"
+done
+
+python3 - "$tmp" "$FLEET" "$REQUESTS" "$LOAD" "$SPEEDUP" "${list[@]}" <<'PY'
+import json, os, sys
+tmp, fleet, n, load, speedup, policies = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
+print(f"\n== LIVE fleet {fleet} at --speedup {speedup} behind bin/sluice | azure code trace, first {n} requests (--requests) | --load {load} | latencies in simulated time | goodput: TTFT<=1s, TPOT<=100ms")
+cols = ("policy", "ok", "failed", "TTFT p50 ms", "TTFT p99 ms", "E2E p99 ms", "out tok/s", "goodput req/s")
+print("".join(f"{c:>16}" for c in cols))
+rows = []
+for p in policies:
+    r = json.load(open(os.path.join(tmp, f"live-{p}.json")))
+    rows.append((p, r["ttft_ms"]["p99"]))
+    print(f"{p:>16}{r['completed']:>16}{r['failed']:>16}{r['ttft_ms']['p50']:>16.0f}{r['ttft_ms']['p99']:>16.0f}"
+          f"{r['e2el_ms']['p99']:>16.0f}{r['output_throughput']:>16.1f}{r['goodput']:>16.2f}")
+print("live ranking by TTFT p99: " + " < ".join(p for p, _ in sorted(rows, key=lambda x: x[1])))
+PY
+
+# The same slice in simulation, for the ranking side by side.
+"$BIN/sluice-bench" simulate --table compact --fleet "$FLEET" --trace "$TRACE" --requests "$REQUESTS" \
+	--load "$LOAD" --policy "$POLICIES" --oracle 2>/dev/null
