@@ -76,7 +76,7 @@ Flags:
 	fs.Float64Var(&f.load, "load", 0, "scale arrivals so the offered load is this multiple of the estimated capacity (0 keeps a trace's timing; synthetic default 0.8)")
 	fs.IntVar(&f.requests, "requests", 0, "simulate at most this many requests (synthetic default 10000; 0 = the whole trace)")
 	fs.IntVar(&f.routers, "routers", 1, "split arrivals round-robin across this many independent router replicas, each with its own in-flight view")
-	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and of randomized policies (each router replica gets its own)")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to `file`")
 	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
 	fs.Float64Var(&f.promptMean, "prompt-mean", defaultPromptMean, "synthetic prompt length mean in tokens")
@@ -185,8 +185,8 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape}
 		if !opts.Oracle {
-			for range f.routers {
-				p, err := reg.New(pr.name, pr.params)
+			for replica := range f.routers {
+				p, err := newSeededPicker(reg, pr.name, pr.params, f.seed, replica)
 				if err != nil {
 					fmt.Fprintf(stderr, "sluice-bench simulate: %s: %v\n", pr.label, err)
 					return exitError
@@ -429,4 +429,22 @@ func writeComparison(w io.Writer, rows []simResult) error {
 		return fmt.Errorf("write comparison: %w", err)
 	}
 	return nil
+}
+
+// newSeededPicker builds a policy for one router replica. A randomized policy
+// (one whose params accept "seed") gets a seed derived from --seed and the
+// replica, unless the params set one, so runs are reproducible and replicas
+// draw different numbers; other policies are built as given.
+func newSeededPicker(reg *policies.Registry, name string, params map[string]any, seed uint64, replica int) (policies.Picker, error) {
+	if _, set := params["seed"]; !set {
+		seeded := make(map[string]any, len(params)+1)
+		for k, v := range params {
+			seeded[k] = v
+		}
+		seeded["seed"] = seed*1_000_003 + uint64(replica) + 1
+		if p, err := reg.New(name, seeded); err == nil {
+			return p, nil
+		}
+	}
+	return reg.New(name, params)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -103,4 +104,17 @@ func TestLoadTimeScaleFlag(t *testing.T) {
 	code, _, stderr := runCLI(t, "load", "--target", "http://127.0.0.1:1", "--model", "m", "--rate", "1", "--time-scale", "0")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, stderr, "--time-scale")
+}
+
+func TestSimulateIsReproducibleWithRandomizedPolicies(t *testing.T) {
+	run := func(seed string) []byte {
+		out := filepath.Join(t.TempDir(), "sim.json")
+		code, _, stderr := runCLI(t, "simulate", "--fleet", "2xh100-llama3-8b,2xl4-llama3-8b", "--synthetic",
+			"--requests", "300", "--policy", "p2c,random", "--routers", "2", "--seed", seed, "--json", out)
+		require.Equal(t, exitOK, code, stderr)
+		b, err := os.ReadFile(out)
+		require.NoError(t, err)
+		return b
+	}
+	assert.Equal(t, string(run("7")), string(run("7")), "the same --seed gives the same routing")
 }
