@@ -19,6 +19,12 @@ type Config struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// Upstream tunes the connections to backends.
 	Upstream Upstream `yaml:"upstream"`
+	// Scrape configures polling each backend's engine metrics for its load.
+	Scrape Scrape `yaml:"scrape"`
+	// SessionHeader names the request header that identifies a conversation
+	// for session affinity; without it the OpenAI "user" field is used.
+	// Default "X-Session-Id"; must be a valid header name.
+	SessionHeader string `yaml:"session_header"`
 	// Models lists the served models, each with its own backend pool. At least one.
 	Models []Model `yaml:"models"`
 }
@@ -36,6 +42,28 @@ type Upstream struct {
 	// has sent a response byte. Default 1; write 0 to disable retries.
 	Retries *int `yaml:"retries"`
 }
+
+// Scrape configures the poller that reads each backend's /metrics (vLLM,
+// SGLang, TGI or gpuworker names, detected per backend) so load-aware
+// policies see its queue, running batch and KV-cache use. It applies to
+// every backend; changing it needs a restart.
+type Scrape struct {
+	// Enabled turns scraping on. Default true; write false to route on this
+	// replica's own counts only.
+	Enabled *bool `yaml:"enabled"`
+	// Interval is the time between two scrapes of a backend. Default 100ms;
+	// at least 10ms.
+	Interval Duration `yaml:"interval"`
+	// Timeout bounds one scrape; a scrape that fails or times out marks the
+	// backend's load unknown until the next success. Default 80% of
+	// interval (80ms); must be below interval.
+	Timeout Duration `yaml:"timeout"`
+	// Path is the metrics path on each backend. Default "/metrics".
+	Path string `yaml:"path"`
+}
+
+// On reports whether scraping is enabled (true when unset).
+func (s Scrape) On() bool { return s.Enabled == nil || *s.Enabled }
 
 // Model is one served model name and the pool of backends that serve it.
 type Model struct {

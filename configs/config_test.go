@@ -31,6 +31,18 @@ func TestParseAppliesDefaults(t *testing.T) {
 	assert.Equal(t, DefaultMaxIdleConnsPerHost, c.Upstream.MaxIdleConnsPerHost)
 	require.NotNil(t, c.Upstream.Retries)
 	assert.Equal(t, DefaultRetries, *c.Upstream.Retries)
+	assert.Equal(t, "X-Session-Id", c.SessionHeader)
+	assert.True(t, c.Scrape.On())
+	assert.Equal(t, 100*time.Millisecond, c.Scrape.Interval.Std())
+	assert.Equal(t, 80*time.Millisecond, c.Scrape.Timeout.Std())
+	assert.Equal(t, "/metrics", c.Scrape.Path)
+}
+
+func TestScrapeTimeoutFollowsTheInterval(t *testing.T) {
+	c, err := Parse([]byte("scrape:\n  interval: 1s\n  enabled: false\n" + minimal))
+	require.NoError(t, err)
+	assert.False(t, c.Scrape.On())
+	assert.Equal(t, 800*time.Millisecond, c.Scrape.Timeout.Std())
 }
 
 func TestParseKeepsExplicitValues(t *testing.T) {
@@ -71,6 +83,12 @@ func TestParseRejects(t *testing.T) {
 		{"bad listen", "listen: nowhere\n" + minimal, []string{"listen: want host:port"}},
 		{"negative body", "max_body_bytes: -1\n" + minimal, []string{"max_body_bytes: must be positive"}},
 		{"retries out of range", "upstream:\n  retries: 11\n" + minimal, []string{"upstream.retries"}},
+		{"scrape too often", "scrape:\n  interval: 1ms\n" + minimal, []string{"scrape.interval: must be at least 10ms"}},
+		{"scrape timeout not below interval", "scrape:\n  interval: 50ms\n  timeout: 50ms\n" + minimal, []string{"scrape.timeout: must be positive and below"}},
+		{"negative scrape timeout", "scrape:\n  timeout: -1s\n" + minimal, []string{"scrape.timeout"}},
+		{"relative scrape path", "scrape:\n  path: metrics\n" + minimal, []string{"scrape.path: want an absolute path"}},
+		{"unknown scrape field", "scrape:\n  every: 1s\n" + minimal, []string{"field every not found"}},
+		{"bad session header", "session_header: \"X Session\"\n" + minimal, []string{"session_header: want an HTTP header name"}},
 		{"many problems at once", `
 models:
   - backends: []

@@ -12,7 +12,15 @@ const (
 	DefaultMaxIdleConnsPerHost   = 256
 	DefaultRetries               = 1
 	DefaultWeight                = 1
+	DefaultSessionHeader         = "X-Session-Id"
+	DefaultScrapeInterval        = 100 * time.Millisecond
+	DefaultScrapePath            = "/metrics"
+	// MinScrapeInterval is the shortest scrape interval allowed.
+	MinScrapeInterval = 10 * time.Millisecond
 )
+
+// DefaultScrapeTimeout is the scrape timeout for an interval: 80% of it.
+func DefaultScrapeTimeout(interval time.Duration) time.Duration { return interval * 4 / 5 }
 
 // ApplyDefaults fills every empty field with its documented default. It is the
 // one place defaults are set.
@@ -36,6 +44,23 @@ func (c *Config) ApplyDefaults() {
 	if u.Retries == nil {
 		r := DefaultRetries
 		u.Retries = &r
+	}
+	if c.SessionHeader == "" {
+		c.SessionHeader = DefaultSessionHeader
+	}
+	sc := &c.Scrape
+	if sc.Enabled == nil {
+		on := true
+		sc.Enabled = &on
+	}
+	if sc.Interval == 0 {
+		sc.Interval = Duration(DefaultScrapeInterval)
+	}
+	if sc.Timeout == 0 {
+		sc.Timeout = Duration(DefaultScrapeTimeout(sc.Interval.Std()))
+	}
+	if sc.Path == "" {
+		sc.Path = DefaultScrapePath
 	}
 	for i := range c.Models {
 		m := &c.Models[i]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 )
 
 // FieldError is one invalid field, named by its path in the file
@@ -43,6 +44,19 @@ func (c *Config) Validate() error {
 	if u.Retries != nil && (*u.Retries < 0 || *u.Retries > 10) {
 		bad("upstream.retries", "must be between 0 and 10, got %d", *u.Retries)
 	}
+	if !headerName(c.SessionHeader) {
+		bad("session_header", "want an HTTP header name, got %q", c.SessionHeader)
+	}
+	sc := c.Scrape
+	if sc.Interval < Duration(MinScrapeInterval) {
+		bad("scrape.interval", "must be at least %s, got %s", MinScrapeInterval, sc.Interval.Std())
+	}
+	if sc.Timeout <= 0 || sc.Timeout >= sc.Interval {
+		bad("scrape.timeout", "must be positive and below scrape.interval (%s), got %s", sc.Interval.Std(), sc.Timeout.Std())
+	}
+	if !strings.HasPrefix(sc.Path, "/") || strings.ContainsAny(sc.Path, "?# ") {
+		bad("scrape.path", "want an absolute path such as /metrics, got %q", sc.Path)
+	}
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}
@@ -76,6 +90,19 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// headerName reports whether s is an HTTP field name (an RFC 9110 token).
+func headerName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func checkURL(s string) string {

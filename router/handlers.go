@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/router/measure"
 	"github.com/sluice-llm/sluice/router/middleware"
 	"github.com/sluice-llm/sluice/router/proxy"
 )
@@ -42,8 +43,12 @@ func (rt *Router) inference(w http.ResponseWriter, r *http.Request) {
 			Message: "The model `" + req.model + "` does not exist or you do not have access to it."})
 		return
 	}
+	session := r.Header.Get(rt.sessionHeader)
+	if session == "" {
+		session = req.user
+	}
 	preq := policies.Request{Model: req.model, Stream: req.stream, PromptTokens: req.promptTokens,
-		MaxTokens: req.maxTokens, User: req.user}
+		MaxTokens: req.maxTokens, User: req.user, SessionKey: session, PrefixHashes: req.prefix}
 	status := rt.forward(w, r, rte, &preq, body)
 	rt.finish(w, r, req.model, start, status)
 }
@@ -99,7 +104,8 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		Message: "no backend for this model is available", RetryAfter: rt.soonestBack(rte.Pool)}
 }
 
-// attempt sends one request to ep, keeping its in-flight count.
+// attempt sends one request to ep, keeping its in-flight count, and feeds
+// the answer's measured TTFT and decode rate to the endpoint.
 func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte) (err error) {
 	ctx, span := rt.attempts.Start(r.Context(), "upstream", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("sluice.backend", ep.Address())))
@@ -119,12 +125,26 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		span.SetAttributes(attribute.String("sluice.outcome", outcome))
 		span.End()
 	}()
-	err = rt.proxy.Forward(w, r, ep.URL(), body)
+	mw := measure.NewWriter(w, rt.now(), rt.now)
+	err = rt.proxy.Forward(mw, r, ep.URL(), body)
 	outcome = outcomeLabel(err)
+	if err == nil {
+		observe(ep, mw.Result())
+	}
 	if err == nil && ep.MarkHealthy() {
 		rt.log.Info("backend reachable again", "backend", ep.Address())
 	}
 	return err
+}
+
+// observe feeds a relayed answer's measurements to the endpoint's averages.
+func observe(ep *backends.Endpoint, m measure.Result) {
+	if m.TTFT > 0 {
+		ep.ObserveTTFT(m.TTFT)
+	}
+	if m.Tokens > 0 {
+		ep.ObserveDecode(m.Tokens, m.Decode)
+	}
 }
 
 func outcomeLabel(err error) string {

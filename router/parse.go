@@ -30,6 +30,7 @@ type parsed struct {
 	maxTokens    int
 	user         string
 	promptTokens int
+	prefix       []uint64 // see prefixHashes
 }
 
 // bytesPerToken is the rough prompt estimate used until a tokenizer-aware
@@ -53,7 +54,8 @@ func parseInference(body []byte) (parsed, *APIError) {
 		return parsed{}, badRequest("model", "missing_required_parameter",
 			"you must provide a model parameter")
 	}
-	p := parsed{model: f.Model, stream: f.Stream, user: f.User, promptTokens: len(body) / bytesPerToken}
+	p := parsed{model: f.Model, stream: f.Stream, user: f.User, promptTokens: len(body) / bytesPerToken,
+		prefix: prefixHashes(body)}
 	switch {
 	case f.MaxCompletionTokens != nil:
 		p.maxTokens = *f.MaxCompletionTokens

@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,6 +35,8 @@ func FuzzParseInference(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","messages":[]}`, `{"model":""}`, `{"model":1}`, `[]`, `{`, ``, `null`,
 		`{"model":"m","max_tokens":-1}`, `{"model":"m","stream":"x"}`, `{"model":"m","stream_options":{"include_usage":true}}`,
+		`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x\"y", 200) + `"}]}`,
+		`{"model":"m","prompt":"a","prompt":[1,2],"messages":null}`, ` {"model" : "m" , "prompt" : 7 } `,
 	} {
 		f.Add([]byte(s))
 	}
@@ -51,5 +54,67 @@ func FuzzParseInference(f *testing.F) {
 		if !json.Valid(body) {
 			t.Fatalf("accepted invalid JSON %q", body)
 		}
+		v := promptValue(body)
+		if v != nil && !json.Valid(v) {
+			t.Fatalf("prompt value %q of %q is not a JSON value", v, body)
+		}
+		if len(p.prefix) > prefixMaxChunks || len(p.prefix) != min(len(v)/prefixChunk, prefixMaxChunks) {
+			t.Fatalf("%d prefix hashes for a %d-byte prompt", len(p.prefix), len(v))
+		}
 	})
+}
+
+func TestPromptValue(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{"messages", `{"model":"m","messages":[{"role":"user","content":"a \"}]\" b"}],"n":1}`, `[{"role":"user","content":"a \"}]\" b"}]`},
+		{"messages win over prompt", `{"prompt":"p","messages":[]}`, `[]`},
+		{"prompt string", ` { "model" : "m" , "prompt" : "once upon" } `, `"once upon"`},
+		{"prompt tokens", `{"prompt":[1,2,3]}`, `[1,2,3]`},
+		{"nested keys do not count", `{"x":{"messages":[1]},"y":["prompt"],"prompt":null}`, `null`},
+		{"last duplicate wins", `{"prompt":"a","prompt":"b"}`, `"b"`},
+		{"keys match exactly", `{"Messages":[1]}`, ``},
+		{"none", `{"model":"m","input":"x"}`, ``},
+		{"not an object", `["messages"]`, ``},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, string(promptValue([]byte(tt.body))))
+		})
+	}
+}
+
+func TestPrefixHashes(t *testing.T) {
+	msg := func(content string) []byte {
+		b, err := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": content}}})
+		require.NoError(t, err)
+		return b
+	}
+	shared := strings.Repeat("s", 3*prefixChunk)
+	a := prefixHashes(msg(shared + strings.Repeat("a", 2*prefixChunk)))
+	b := prefixHashes(msg(shared + strings.Repeat("b", 2*prefixChunk)))
+	require.Len(t, a, 5)
+	require.Len(t, b, 5)
+	assert.Equal(t, a[:3], b[:3], "equal prefixes, equal leading hashes")
+	for i := 3; i < 5; i++ {
+		assert.NotEqual(t, a[i], b[i], "chained: every hash after the first difference differs")
+	}
+	assert.Nil(t, prefixHashes(msg("short")), "no whole chunk")
+	assert.Len(t, prefixHashes(msg(strings.Repeat("x", 100*prefixChunk))), prefixMaxChunks, "capped")
+
+	body := msg(shared)
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { prefixHashes(body) }), "one allocation: the result")
+}
+
+func BenchmarkParseInference(b *testing.B) {
+	body := []byte(`{"model":"m","stream":true,"max_tokens":64,"messages":[{"role":"system","content":"` +
+		strings.Repeat("You are a careful assistant. ", 150) + `"},{"role":"user","content":"hi"}]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, apiErr := parseInference(body); apiErr != nil {
+			b.Fatal(apiErr)
+		}
+	}
 }

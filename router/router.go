@@ -4,6 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -72,9 +75,16 @@ type Options struct {
 	Metrics *prometheus.Registry
 	// TracerProvider for request spans. Default: no-op.
 	TracerProvider trace.TracerProvider
+	// SessionHeader names the request header whose value identifies a
+	// conversation for session affinity (policies.Request.SessionKey); when
+	// it is absent the OpenAI "user" field is used. Default "X-Session-Id".
+	SessionHeader string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
+
+// DefaultSessionHeader is the default Options.SessionHeader.
+const DefaultSessionHeader = "X-Session-Id"
 
 // Router serves the OpenAI API in front of the backend pools.
 type Router struct {
@@ -90,6 +100,8 @@ type Router struct {
 	attempts trace.Tracer
 	now      func() time.Time
 	created  int64
+
+	sessionHeader string // canonical form
 }
 
 // New validates o and returns a Router.
@@ -118,6 +130,12 @@ func New(o Options) (*Router, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.SessionHeader == "" {
+		o.SessionHeader = DefaultSessionHeader
+	}
+	if !validHeaderName(o.SessionHeader) {
+		return nil, errors.New("router: SessionHeader " + strconv.Quote(o.SessionHeader) + " is not a valid header name")
+	}
 	if o.TracerProvider == nil {
 		o.TracerProvider = noop.NewTracerProvider()
 	}
@@ -141,9 +159,25 @@ func New(o Options) (*Router, error) {
 		attempts: o.TracerProvider.Tracer("github.com/sluice-llm/sluice/router"),
 		now:      o.Now,
 		created:  o.Now().Unix(),
+
+		sessionHeader: textproto.CanonicalMIMEHeaderKey(o.SessionHeader),
 	}
 	rt.table.Store(o.Table)
 	return rt, nil
+}
+
+// validHeaderName reports whether s is an HTTP token (RFC 9110 §5.1).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // SetTable swaps in a new routing table; requests in flight finish on the

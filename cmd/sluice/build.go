@@ -3,9 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/backends/loadscrape"
 	"github.com/sluice-llm/sluice/configs"
 	"github.com/sluice-llm/sluice/policies"
 	"github.com/sluice-llm/sluice/policies/all"
@@ -21,11 +25,14 @@ func newPolicyRegistry() (*policies.Registry, error) {
 	return reg, nil
 }
 
-// buildTable turns a validated config into a routing table. Endpoints come
-// from eps, so a reload keeps the counters of backends it keeps. Every
+// buildTable turns a validated config into a routing table and the list of
+// its endpoints (each once, for the load scraper). Endpoints come from eps,
+// so a reload keeps the counters and load of backends it keeps. Every
 // problem is reported, each naming its field.
-func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registry) (*router.Table, error) {
+func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registry) (*router.Table, []*backends.Endpoint, error) {
 	var errs []error
+	var all []*backends.Endpoint
+	seen := map[*backends.Endpoint]bool{}
 	routes := make([]*router.Route, 0, len(c.Models))
 	for i, m := range c.Models {
 		p := fmt.Sprintf("models[%d]", i)
@@ -46,6 +53,10 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 				continue
 			}
 			list = append(list, e)
+			if !seen[e] {
+				seen[e] = true
+				all = append(all, e)
+			}
 		}
 		if picker == nil || len(list) != len(m.Backends) {
 			continue
@@ -58,17 +69,37 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 		routes = append(routes, &router.Route{Pool: pool, Picker: picker})
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return router.NewTable(routes)
+	t, err := router.NewTable(routes)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, all, nil
 }
 
 // routerOptions maps the config onto the router's options.
 func routerOptions(c *configs.Config, t *router.Table) router.Options {
 	return router.Options{
-		Table:        t,
-		MaxBodyBytes: c.MaxBodyBytes,
-		Retries:      *c.Upstream.Retries,
-		Cooldown:     2 * time.Second,
+		Table:         t,
+		MaxBodyBytes:  c.MaxBodyBytes,
+		Retries:       *c.Upstream.Retries,
+		Cooldown:      2 * time.Second,
+		SessionHeader: c.SessionHeader,
 	}
+}
+
+// newScraper builds the load scraper from the config, or returns nil when
+// scraping is off.
+func newScraper(c *configs.Config, log *slog.Logger, reg prometheus.Registerer) (*loadscrape.Scraper, error) {
+	if !c.Scrape.On() {
+		return nil, nil
+	}
+	return loadscrape.New(loadscrape.Options{
+		Interval:   c.Scrape.Interval.Std(),
+		Timeout:    c.Scrape.Timeout.Std(),
+		Path:       c.Scrape.Path,
+		Logger:     log,
+		Registerer: reg,
+	})
 }

@@ -133,6 +133,9 @@ func TestServeAndReload(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "config reloaded") }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, http.StatusOK, post("a"))
 	assert.Equal(t, http.StatusOK, post("b"))
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), `msg="backend metrics dialect detected" backend=`+wsrvB.URL)
+	}, 5*time.Second, 5*time.Millisecond, "the reload gave the scraper the new backend")
 
 	require.NoError(t, os.WriteFile(path, []byte("models: [}"), 0o600))
 	reload <- syscall.SIGHUP

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/backends/loadscrape"
 	"github.com/sluice-llm/sluice/configs"
 	"github.com/sluice-llm/sluice/policies"
 	"github.com/sluice-llm/sluice/router"
@@ -82,7 +84,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		return err
 	}
 	eps := backends.NewRegistry()
-	table, err := buildTable(cfg, reg, eps)
+	table, endpoints, err := buildTable(cfg, reg, eps)
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.path, err)
 	}
@@ -117,6 +119,22 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if err != nil {
 		return err
 	}
+	scraper, err := newScraper(cfg, o.log, metrics)
+	if err != nil {
+		return err
+	}
+	if scraper != nil {
+		scraper.SetEndpoints(endpoints)
+		sctx, stopScraper := context.WithCancel(ctx)
+		scraped := make(chan error, 1)
+		go func() { scraped <- scraper.Run(sctx) }()
+		defer func() {
+			stopScraper()
+			if err := <-scraped; err != nil {
+				o.log.Warn("load scraper stopped", "err", err)
+			}
+		}()
+	}
 
 	addr := cfg.Listen
 	if o.listen != "" {
@@ -148,7 +166,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		case err := <-served:
 			return fmt.Errorf("serve: %w", err)
 		case <-o.reload:
-			reloadTable(o, reg, eps, rt, cfg.Listen)
+			reloadTable(o, reg, eps, rt, scraper, cfg)
 		case <-ctx.Done():
 			o.log.Info("shutting down", "drain", o.drain)
 			sctx, cancel := context.WithTimeout(context.Background(), o.drain)
@@ -166,16 +184,26 @@ func runServer(ctx context.Context, o serverOptions) error {
 	}
 }
 
-// reloadTable re-reads the config and swaps in the new routing table, or
-// logs every problem and keeps the running one.
-func reloadTable(o serverOptions, reg *policies.Registry, eps *backends.Registry, rt *router.Router, listen string) {
+// reloadTable re-reads the config and swaps in the new routing table and
+// the scraper's endpoint set, or logs every problem and keeps the running
+// ones. Settings read only at start (listen, scrape, session_header) are
+// kept, with a warning when the file changed them.
+func reloadTable(o serverOptions, reg *policies.Registry, eps *backends.Registry, rt *router.Router,
+	scraper *loadscrape.Scraper, running *configs.Config) {
 	cfg, err := configs.Load(o.path)
 	if err == nil {
 		var t *router.Table
-		if t, err = buildTable(cfg, reg, eps); err == nil {
+		var endpoints []*backends.Endpoint
+		if t, endpoints, err = buildTable(cfg, reg, eps); err == nil {
 			rt.SetTable(t)
-			if cfg.Listen != listen {
-				o.log.Warn("reload: listen address changes need a restart", "running", listen, "config", cfg.Listen)
+			if scraper != nil {
+				scraper.SetEndpoints(endpoints)
+			}
+			if cfg.Listen != running.Listen {
+				o.log.Warn("reload: listen address changes need a restart", "running", running.Listen, "config", cfg.Listen)
+			}
+			if !reflect.DeepEqual(cfg.Scrape, running.Scrape) || cfg.SessionHeader != running.SessionHeader {
+				o.log.Warn("reload: scrape and session_header changes need a restart")
 			}
 			o.log.Info("config reloaded", "models", len(cfg.Models))
 			return

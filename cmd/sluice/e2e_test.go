@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLoadAwareRoutingAvoidsASlowedWorker runs the real server with
+// least_request and the load scraper in front of two live gpuworkers, sends
+// the same load through the official OpenAI client before and after one
+// worker is slowed with the admin fault API, and checks that worker's share
+// shrinks. The margins are wide and the shares structural, not timing
+// luck: before, each worker gets about half; after, least_request never
+// gives the slowed worker more than two of the four clients at once (it
+// needs as many in flight on the fast one), and each of its requests takes
+// 300 ms while the fast worker answers in milliseconds, so it gets about
+// 15%.
+func TestLoadAwareRoutingAvoidsASlowedWorker(t *testing.T) {
+	fast, slow := startWorker(t, "m"), startWorker(t, "m")
+	cfg := "listen: 127.0.0.1:0\nscrape:\n  interval: 20ms\n  timeout: 15ms\nmodels:\n  - name: m\n    policy: least_request\n" +
+		"    backends:\n      - url: " + fast.URL + "\n      - url: " + slow.URL + "\n"
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() {
+		done <- runServer(ctx, serverOptions{path: writeConfig(t, cfg), drain: 5 * time.Second, ready: ready,
+			log: slog.New(slog.NewTextHandler(&logs, nil))})
+	}()
+	addr := <-ready
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"),
+		option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: tr}))
+	send := func(n, concurrency int) {
+		var wg sync.WaitGroup
+		for range concurrency {
+			wg.Go(func() {
+				for range n / concurrency {
+					_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+						Model:     "m",
+						Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")},
+						MaxTokens: openai.Int(4),
+					})
+					assert.NoError(t, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	counts := func() (f, s float64) {
+		return attempts(t, tr, addr, fast.URL), attempts(t, tr, addr, slow.URL)
+	}
+
+	send(80, 4)
+	f1, s1 := counts()
+	require.Equal(t, 80.0, f1+s1)
+	before := s1 / (f1 + s1)
+
+	req, err := http.NewRequest(http.MethodPut, slow.URL+"/admin/faults", strings.NewReader(`{"added_latency":"300ms"}`))
+	require.NoError(t, err)
+	res, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	send(80, 4)
+	f2, s2 := counts()
+	after := (s2 - s1) / (f2 - f1 + s2 - s1)
+	t.Logf("slowed worker's share: %.2f before, %.2f after", before, after)
+	assert.Greater(t, before, 0.3, "two equal workers share the load")
+	assert.Less(t, after, 0.25, "the slowed worker gets little")
+	assert.Less(t, after, before-0.1)
+
+	fams := sluiceMetrics(t, tr, addr)
+	require.Contains(t, fams, "sluice_scrape_duration_seconds", "the load scraper runs")
+	assert.Positive(t, fams["sluice_scrape_duration_seconds"].GetMetric()[0].GetHistogram().GetSampleCount())
+	assert.Contains(t, logs.String(), "dialect=vllm")
+}
+
+func sluiceMetrics(t *testing.T, tr *http.Transport, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	res, err := (&http.Client{Transport: tr}).Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(res.Body)
+	require.NoError(t, err)
+	return fams
+}
+
+// attempts is sluice_upstream_attempts_total{backend, outcome="ok"}.
+func attempts(t *testing.T, tr *http.Transport, addr, backend string) float64 {
+	t.Helper()
+	f := sluiceMetrics(t, tr, addr)["sluice_upstream_attempts_total"]
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["backend"] == backend && labels["outcome"] == "ok" {
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}

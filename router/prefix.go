@@ -1,0 +1,152 @@
+package router
+
+// Prefix hashes let a prefix-aware policy send requests that share a prompt
+// prefix to the same backend, where that prefix is likely in the prefix
+// cache. They are computed on the raw JSON bytes of the prompt ("messages",
+// else "prompt") as the client sent them, without decoding it: two requests
+// from the same client library with the same leading conversation serialize
+// to the same leading bytes.
+//
+// The prompt is cut into prefixChunk-byte chunks from its start and hash i
+// is FNV-1a over chunks 0..i (one running state, read out after each
+// chunk), so equal prefixes give equal leading hashes and the first
+// differing chunk changes every hash after it. Only whole chunks are
+// hashed, as an engine's prefix cache holds only whole blocks. 256 bytes is
+// about 64 tokens (four 16-token vLLM blocks) of English text in JSON; 64
+// chunks cover the first 16 KiB of prompt (about 4k tokens), enough to tell
+// shared system prompts and conversation histories apart while costing at
+// most one 512-byte allocation per request.
+const (
+	prefixChunk     = 256
+	prefixMaxChunks = 64
+
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+// prefixHashes returns the chained chunk hashes of body's prompt, or nil
+// when it has no whole chunk. body must be valid JSON.
+func prefixHashes(body []byte) []uint64 {
+	v := promptValue(body)
+	n := min(len(v)/prefixChunk, prefixMaxChunks)
+	if n == 0 {
+		return nil
+	}
+	out := make([]uint64, n)
+	h := uint64(fnvOffset64)
+	for i := range n {
+		for _, c := range v[i*prefixChunk : (i+1)*prefixChunk] {
+			h ^= uint64(c)
+			h *= fnvPrime64
+		}
+		out[i] = h
+	}
+	return out
+}
+
+// promptValue returns the raw bytes of the top-level "messages" member of
+// the JSON object b, else of its "prompt" member, else nil. Keys match
+// exactly (as OpenAI-compatible servers read them); with duplicate keys the
+// last wins, as in encoding/json. It allocates nothing and stops at the
+// first byte that is not valid JSON.
+func promptValue(b []byte) []byte {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil
+	}
+	var messages, prompt []byte
+	for i++; ; i++ {
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != '"' {
+			break
+		}
+		keyEnd := skipString(b, i)
+		if keyEnd < 0 {
+			break
+		}
+		key := b[i+1 : keyEnd-1]
+		i = skipSpace(b, keyEnd)
+		if i >= len(b) || b[i] != ':' {
+			break
+		}
+		i = skipSpace(b, i+1)
+		end := skipValue(b, i)
+		if end < 0 {
+			break
+		}
+		switch string(key) {
+		case "messages":
+			messages = b[i:end]
+		case "prompt":
+			prompt = b[i:end]
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ',' {
+			break
+		}
+	}
+	if messages != nil {
+		return messages
+	}
+	return prompt
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] == '"',
+// or -1 if it is not closed.
+func skipString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index after the value starting at b[i], or -1.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end := skipString(b, j)
+				if end < 0 {
+					return -1
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\r' && b[j] != '\t' {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
