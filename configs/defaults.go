@@ -6,7 +6,7 @@ import "time"
 const (
 	DefaultListen                = "127.0.0.1:8080"
 	DefaultMaxBodyBytes          = 10 << 20
-	DefaultPolicy                = "least_request"
+	DefaultPolicy                = "scored"
 	DefaultDialTimeout           = 2 * time.Second
 	DefaultResponseHeaderTimeout = 60 * time.Second
 	DefaultMaxIdleConnsPerHost   = 256
