@@ -43,89 +43,46 @@ type Params struct {
 	// Depth is which prefix hash keys a request, in blocks from the start
 	// (1 = the first block); shorter prompts use their deepest. Default 8.
 	Depth int `yaml:"depth"`
-	// LoadFactor is how far above the mean queue an endpoint may be and
-	// still take its keys: it takes them while its queue is under
-	// (1+LoadFactor) × (mean+1). Must be >= 0. Default 0.25.
-	LoadFactor float64 `yaml:"load_factor"`
-	// Probes is how many distinct endpoints along the ring a pick considers
-	// before taking the least loaded of them, 1..16. Default 4.
-	Probes int `yaml:"probes"`
-	// Sample is how many random endpoints estimate the mean queue, 1..64.
-	// Default 16.
-	Sample int `yaml:"sample"`
-	// Vnodes is the ring points per endpoint per unit of weight, 1..256:
-	// more points even out the share of keys each endpoint owns. Default 32.
-	Vnodes int `yaml:"vnodes"`
-	// Seed makes the random draws reproducible. Default 0: seeded at random.
-	Seed uint64 `yaml:"seed"`
+	// BoundedParams bound each prefix's owner by load; load_factor
+	// defaults to 0.25.
+	policies.BoundedParams `yaml:",inline"`
 }
 
 // Defaults for Params.
 const (
 	DefaultDepth      = 8
 	DefaultLoadFactor = 0.25
-	DefaultProbes     = 4
-	DefaultSample     = 16
-	DefaultVnodes     = 32
 )
-
-// rnd is the randomness a Balancer draws from, once per pick.
-type rnd interface{ Uint64() uint64 }
 
 // Balancer routes by prefix with a load bound. Safe for concurrent use.
 type Balancer struct {
-	rnd    rnd
-	aff    *policies.Affinity
-	depth  int
-	factor float64
-	probes int
-	sample int
+	depth   int
+	bounded *policies.Bounded
 }
 
 var _ policies.Picker = (*Balancer)(nil)
 
 // New builds the policy from its params (see Params).
 func New(params map[string]any) (policies.Picker, error) {
-	p := Params{Depth: DefaultDepth, LoadFactor: DefaultLoadFactor, Probes: DefaultProbes, Sample: DefaultSample, Vnodes: DefaultVnodes}
+	p := Params{Depth: DefaultDepth, BoundedParams: policies.DefaultBoundedParams(DefaultLoadFactor)}
 	if err := policies.DecodeParams(params, &p); err != nil {
 		return nil, err
 	}
-	switch {
-	case p.Depth < 1:
+	if p.Depth < 1 {
 		return nil, fmt.Errorf("params: depth: want >= 1, got %d", p.Depth)
-	case !(p.LoadFactor >= 0):
-		return nil, fmt.Errorf("params: load_factor: want >= 0, got %v", p.LoadFactor)
-	case p.Probes < 1 || p.Probes > 16:
-		return nil, fmt.Errorf("params: probes: want 1..16, got %d", p.Probes)
-	case p.Sample < 1 || p.Sample > 64:
-		return nil, fmt.Errorf("params: sample: want 1..64, got %d", p.Sample)
-	case p.Vnodes < 1 || p.Vnodes > 256:
-		return nil, fmt.Errorf("params: vnodes: want 1..256, got %d", p.Vnodes)
 	}
-	return &Balancer{
-		rnd:    policies.NewRand(p.Seed),
-		aff:    policies.NewAffinity(p.Vnodes),
-		depth:  p.Depth,
-		factor: p.LoadFactor,
-		probes: p.Probes,
-		sample: p.Sample,
-	}, nil
+	b, err := policies.NewBounded(p.BoundedParams)
+	if err != nil {
+		return nil, err
+	}
+	return &Balancer{depth: p.Depth, bounded: b}, nil
 }
 
 // Pick returns the endpoint for the request's prefix, or the p2c choice
 // when the request has no prefix hashes.
 func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.Endpoint) (*backends.Endpoint, error) {
-	if len(eps) == 0 {
-		return nil, policies.ErrNoEndpoint
-	}
-	seed := b.rnd.Uint64()
 	if len(r.PrefixHashes) == 0 {
-		return policies.TwoChoices(seed, eps)
+		return b.bounded.Pick(eps, 0, false)
 	}
-	if len(eps) == 1 {
-		return eps[0], nil
-	}
-	key := r.PrefixHashes[min(b.depth, len(r.PrefixHashes))-1]
-	limit := (1 + b.factor) * (policies.MeanDepth(seed, eps, b.sample) + 1)
-	return b.aff.Pick(eps, key, limit, b.probes), nil
+	return b.bounded.Pick(eps, r.PrefixHashes[min(b.depth, len(r.PrefixHashes))-1], true)
 }

@@ -24,7 +24,6 @@ package sessionaffinity
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
@@ -33,85 +32,40 @@ import (
 // Name is the policy's config name.
 const Name = "session_affinity"
 
-// Params are the policy's config parameters.
+// Params are the policy's config parameters: the bounded-load ring's, with
+// load_factor defaulting to 1 so sessions stick harder than prefixes.
 type Params struct {
-	// LoadFactor is how far above the mean queue a session's worker may be
-	// and still take it: while its queue is under (1+LoadFactor) ×
-	// (mean+1). Must be >= 0. Default 1.
-	LoadFactor float64 `yaml:"load_factor"`
-	// Probes is how many distinct endpoints along the ring a pick considers
-	// before taking the least loaded of them, 1..16. Default 4.
-	Probes int `yaml:"probes"`
-	// Sample is how many random endpoints estimate the mean queue, 1..64.
-	// Default 16.
-	Sample int `yaml:"sample"`
-	// Vnodes is the ring points per endpoint per unit of weight, 1..256.
-	// Default 32.
-	Vnodes int `yaml:"vnodes"`
-	// Seed makes the random draws reproducible. Default 0: seeded at random.
-	Seed uint64 `yaml:"seed"`
+	policies.BoundedParams `yaml:",inline"`
 }
 
-// Defaults for Params.
-const (
-	DefaultLoadFactor = 1
-	DefaultProbes     = 4
-	DefaultSample     = 16
-	DefaultVnodes     = 32
-)
-
-// rnd is the randomness a Balancer draws from, once per pick.
-type rnd interface{ Uint64() uint64 }
+// DefaultLoadFactor is load_factor's default.
+const DefaultLoadFactor = 1
 
 // Balancer routes by session with a load bound. Safe for concurrent use.
 type Balancer struct {
-	rnd    rnd
-	aff    *policies.Affinity
-	factor float64
-	probes int
-	sample int
+	bounded *policies.Bounded
 }
 
 var _ policies.Picker = (*Balancer)(nil)
 
 // New builds the policy from its params (see Params).
 func New(params map[string]any) (policies.Picker, error) {
-	p := Params{LoadFactor: DefaultLoadFactor, Probes: DefaultProbes, Sample: DefaultSample, Vnodes: DefaultVnodes}
+	p := Params{BoundedParams: policies.DefaultBoundedParams(DefaultLoadFactor)}
 	if err := policies.DecodeParams(params, &p); err != nil {
 		return nil, err
 	}
-	switch {
-	case !(p.LoadFactor >= 0):
-		return nil, fmt.Errorf("params: load_factor: want >= 0, got %v", p.LoadFactor)
-	case p.Probes < 1 || p.Probes > 16:
-		return nil, fmt.Errorf("params: probes: want 1..16, got %d", p.Probes)
-	case p.Sample < 1 || p.Sample > 64:
-		return nil, fmt.Errorf("params: sample: want 1..64, got %d", p.Sample)
-	case p.Vnodes < 1 || p.Vnodes > 256:
-		return nil, fmt.Errorf("params: vnodes: want 1..256, got %d", p.Vnodes)
+	b, err := policies.NewBounded(p.BoundedParams)
+	if err != nil {
+		return nil, err
 	}
-	return &Balancer{
-		rnd:    policies.NewRand(p.Seed),
-		aff:    policies.NewAffinity(p.Vnodes),
-		factor: p.LoadFactor,
-		probes: p.Probes,
-		sample: p.Sample,
-	}, nil
+	return &Balancer{bounded: b}, nil
 }
 
 // Pick returns the session's endpoint, or the p2c choice when the request
 // has no session key.
 func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.Endpoint) (*backends.Endpoint, error) {
-	if len(eps) == 0 {
-		return nil, policies.ErrNoEndpoint
-	}
-	seed := b.rnd.Uint64()
 	if r.SessionKey == "" {
-		return policies.TwoChoices(seed, eps)
+		return b.bounded.Pick(eps, 0, false)
 	}
-	if len(eps) == 1 {
-		return eps[0], nil
-	}
-	limit := (1 + b.factor) * (policies.MeanDepth(seed, eps, b.sample) + 1)
-	return b.aff.Pick(eps, policies.HashString(r.SessionKey), limit, b.probes), nil
+	return b.bounded.Pick(eps, policies.HashString(r.SessionKey), true)
 }
