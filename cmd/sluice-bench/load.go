@@ -28,25 +28,22 @@ const (
 
 // loadFlags holds the parsed flags of "sluice-bench load".
 type loadFlags struct {
-	target, model         string
-	rate                  float64
-	duration              time.Duration
-	concurrency           int
-	stream                bool
-	jsonOut               string
-	trace, traceFormat    string
-	requests              int
-	seed                  uint64
-	promptMean, promptSD  float64
-	promptMax             int
-	outputMean, outputSD  float64
-	outputMax, maxContext int
-	timeout               time.Duration
-	goodTTFT, goodTPOT    time.Duration
-	quiet                 bool
-	timeScale             float64
-	fleet                 string
-	load                  float64
+	shapeFlags
+	target, model      string
+	rate               float64
+	duration           time.Duration
+	concurrency        int
+	stream             bool
+	jsonOut            string
+	trace, traceFormat string
+	requests           int
+	seed               uint64
+	maxContext         int
+	timeout            time.Duration
+	quiet              bool
+	timeScale          float64
+	fleet              string
+	load               float64
 
 	spec fleet.Spec // parsed --fleet, set by validate
 }
@@ -86,20 +83,13 @@ Flags:
 	fs.StringVar(&f.traceFormat, "trace-format", "", "trace format: azure (CSV) or mooncake (JSONL); default from the file extension (.csv, .jsonl)")
 	fs.IntVar(&f.requests, "requests", 0, "send at most this many requests (0 = no limit)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed for synthetic arrivals, lengths and prompt token ids; change it between runs against a warm server, or prompts repeat and hit its prefix cache")
-	fs.Float64Var(&f.promptMean, "prompt-mean", defaultPromptMean, "synthetic prompt length mean in tokens")
-	fs.Float64Var(&f.promptSD, "prompt-sigma", 0.5, "synthetic prompt length log-normal sigma (0 = constant)")
-	fs.IntVar(&f.promptMax, "prompt-max", 8192, "synthetic prompt length maximum")
-	fs.Float64Var(&f.outputMean, "output-mean", defaultOutputMean, "synthetic output length mean in tokens")
-	fs.Float64Var(&f.outputSD, "output-sigma", 0.5, "synthetic output length log-normal sigma (0 = constant)")
-	fs.IntVar(&f.outputMax, "output-max", 2048, "synthetic output length maximum")
 	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
 	fs.DurationVar(&f.timeout, "request-timeout", 10*time.Minute, "fail a request that takes longer than this (0 = no limit)")
-	fs.DurationVar(&f.goodTTFT, "goodput-ttft", time.Second, "goodput counts requests with TTFT at most this")
-	fs.DurationVar(&f.goodTPOT, "goodput-tpot", 100*time.Millisecond, "goodput counts requests with TPOT at most this")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line on stderr")
 	fs.StringVar(&f.fleet, "fleet", "", "fleet `spec` behind the target, e.g. 4xh100-llama3-8b; with --load, sets the rate from its estimated capacity")
 	fs.Float64Var(&f.load, "load", 0, "offered load as a multiple of the --fleet capacity estimate, instead of --rate")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "compress arrivals this many times and report latencies and throughputs rescaled to simulated time; use against gpuworkers run with --speedup of the same value")
+	f.shapeFlags.register(fs)
 	return fs
 }
 
@@ -248,8 +238,8 @@ func (f *loadFlags) workload(stderr io.Writer) ([]workload.Request, error) {
 			Rate:     f.rate,
 			Duration: d,
 			Count:    f.requests,
-			Prompt:   workload.LengthDist{Mean: f.promptMean, Sigma: f.promptSD, Max: f.promptMax},
-			Output:   workload.LengthDist{Mean: f.outputMean, Sigma: f.outputSD, Max: f.outputMax},
+			Prompt:   f.promptDist(),
+			Output:   f.outputDist(),
 			Seed:     f.seed,
 		}
 		if f.load > 0 {

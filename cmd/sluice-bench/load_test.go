@@ -233,8 +233,9 @@ func TestLoadWorkloadFromFleet(t *testing.T) {
 	for _, scale := range []float64{1, 10} {
 		f := loadFlags{
 			target: "http://x", model: "m", fleet: "2xh100-llama3-8b", load: 0.5, timeScale: scale,
-			duration: 200 * time.Second, promptMean: 512, promptSD: 0.5, promptMax: 8192,
-			outputMean: 128, outputSD: 0.5, outputMax: 2048, seed: 1,
+			duration: 200 * time.Second, seed: 1,
+			shapeFlags: shapeFlags{promptMean: 512, promptSD: 0.5, promptMax: 8192,
+				outputMean: 128, outputSD: 0.5, outputMax: 2048},
 		}
 		require.NoError(t, f.validate())
 		var stderr bytes.Buffer

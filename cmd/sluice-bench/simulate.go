@@ -29,24 +29,20 @@ const (
 
 // simFlags holds the parsed flags of "sluice-bench simulate".
 type simFlags struct {
-	fleet                string
-	trace, traceFormat   string
-	synthetic            bool
-	policies             string
-	oracle               bool
-	load                 float64
-	requests, routers    int
-	seed                 uint64
-	jsonOut              string
-	maxContext           int
-	promptMean, promptSD float64
-	promptMax            int
-	outputMean, outputSD float64
-	outputMax            int
-	goodTTFT, goodTPOT   time.Duration
-	perWorker            bool
-	scrapeInterval       time.Duration
-	table                string
+	shapeFlags
+	fleet              string
+	trace, traceFormat string
+	synthetic          bool
+	policies           string
+	oracle             bool
+	load               float64
+	requests, routers  int
+	seed               uint64
+	jsonOut            string
+	maxContext         int
+	perWorker          bool
+	scrapeInterval     time.Duration
+	table              string
 }
 
 func newSimFlagSet(f *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -79,17 +75,10 @@ Flags:
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and of randomized policies (each router replica gets its own)")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to `file`")
 	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
-	fs.Float64Var(&f.promptMean, "prompt-mean", defaultPromptMean, "synthetic prompt length mean in tokens")
-	fs.Float64Var(&f.promptSD, "prompt-sigma", 0.5, "synthetic prompt length log-normal sigma (0 = constant)")
-	fs.IntVar(&f.promptMax, "prompt-max", 8192, "synthetic prompt length maximum")
-	fs.Float64Var(&f.outputMean, "output-mean", defaultOutputMean, "synthetic output length mean in tokens")
-	fs.Float64Var(&f.outputSD, "output-sigma", 0.5, "synthetic output length log-normal sigma (0 = constant)")
-	fs.IntVar(&f.outputMax, "output-max", 2048, "synthetic output length maximum")
-	fs.DurationVar(&f.goodTTFT, "goodput-ttft", time.Second, "goodput counts requests with TTFT at most this")
-	fs.DurationVar(&f.goodTPOT, "goodput-tpot", 100*time.Millisecond, "goodput counts requests with TPOT at most this")
 	fs.BoolVar(&f.perWorker, "per-worker", false, "print one line per worker instead of per fleet group")
 	fs.DurationVar(&f.scrapeInterval, "scrape-interval", fleet.DefaultScrapeInterval, "how often each router replica stores every worker's scraped load, in virtual time (0 = never scrape)")
 	fs.StringVar(&f.table, "table", tableFull, "output: full (a report per policy, then a comparison) or compact (one comparison table with a scenario header)")
+	f.shapeFlags.register(fs)
 	return fs
 }
 
@@ -250,8 +239,8 @@ func (f *simFlags) workload(spec fleet.Spec, stderr io.Writer) ([]workload.Reque
 		reqs, err = workload.Synthetic(workload.SyntheticOptions{
 			Rate:   1, // rescaled to the load below
 			Count:  n,
-			Prompt: workload.LengthDist{Mean: f.promptMean, Sigma: f.promptSD, Max: f.promptMax},
-			Output: workload.LengthDist{Mean: f.outputMean, Sigma: f.outputSD, Max: f.outputMax},
+			Prompt: f.promptDist(),
+			Output: f.outputDist(),
 			Seed:   f.seed,
 		})
 		if err != nil {
