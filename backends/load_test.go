@@ -62,3 +62,69 @@ func TestMovingAverages(t *testing.T) {
 	wg.Wait()
 	assert.InDelta(t, 50, e.TokensPerSec(), 1, "converges under concurrent updates")
 }
+
+func TestPendingPromptTokens(t *testing.T) {
+	e, err := NewEndpoint("http://a:1", 1)
+	require.NoError(t, err)
+	assert.Zero(t, e.PendingPromptTokens())
+	e.BeginPrefill(2000)
+	e.BeginPrefill(500)
+	assert.EqualValues(t, 2500, e.PendingPromptTokens())
+	e.EndPrefill(2000)
+	assert.EqualValues(t, 500, e.PendingPromptTokens(), "the first request produced its first token")
+	e.EndPrefill(500)
+	assert.Zero(t, e.PendingPromptTokens())
+}
+
+func TestObservePrefillFollowsTheFastestAnswers(t *testing.T) {
+	e, err := NewEndpoint("http://a:1", 1)
+	require.NoError(t, err)
+	assert.Zero(t, e.PrefillTokensPerSec(), "unmeasured")
+	e.ObservePrefill(0, time.Second)
+	e.ObservePrefill(100, 0)
+	assert.Zero(t, e.PrefillTokensPerSec(), "empty observations are ignored")
+
+	e.ObservePrefill(2000, 100*time.Millisecond)
+	assert.InDelta(t, 20000, e.PrefillTokensPerSec(), 1e-6, "the first observation is taken whole")
+
+	// A queued answer (same prompt, ten times the TTFT) barely moves the
+	// estimate: the queue is not the engine's speed.
+	e.ObservePrefill(2000, time.Second)
+	assert.InDelta(t, 20000+prefillFall*(2000-20000), e.PrefillTokensPerSec(), 1e-6)
+
+	// A faster answer moves it halfway at once.
+	before := e.PrefillTokensPerSec()
+	e.ObservePrefill(4000, 100*time.Millisecond)
+	assert.InDelta(t, before+prefillRise*(40000-before), e.PrefillTokensPerSec(), 1e-6)
+
+	// A lasting slowdown is followed: half the way in about 35 answers.
+	start := e.PrefillTokensPerSec()
+	for range 35 {
+		e.ObservePrefill(1000, time.Second)
+	}
+	assert.Less(t, e.PrefillTokensPerSec(), (start+1000)/2)
+	for range 400 {
+		e.ObservePrefill(1000, time.Second)
+	}
+	assert.InDelta(t, 1000, e.PrefillTokensPerSec(), 50)
+}
+
+func TestObservePrefillConcurrent(t *testing.T) {
+	e, err := NewEndpoint("http://a:1", 1)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 1000 {
+				e.BeginPrefill(10)
+				e.ObservePrefill(1000, 100*time.Millisecond)
+				e.EndPrefill(10)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, e.PendingPromptTokens())
+	assert.InDelta(t, 10000, e.PrefillTokensPerSec(), 1e-6)
+}

@@ -42,3 +42,18 @@ func TwoChoices(seed uint64, eps []*backends.Endpoint) (*backends.Endpoint, erro
 	}
 	return eps[i], nil
 }
+
+// PrefillBacklog is the prompt tokens e must prefill before the first token
+// of a new request with prompt tokens: the prompts this replica has sent that
+// have no first token yet (backends.Endpoint.PendingPromptTokens), the new
+// prompt itself, and, when a fresh scrape shows more requests than this
+// replica has in flight (other replicas' work), that surplus at prompt
+// tokens each. Divided by the endpoint's prefill rate it estimates the
+// request's time to first token there.
+func PrefillBacklog(e *backends.Endpoint, prompt int64) float64 {
+	t := float64(e.PendingPromptTokens() + prompt)
+	if others := QueueDepth(e) - e.InFlight(); others > 0 {
+		t += float64(others * prompt)
+	}
+	return t
+}

@@ -112,7 +112,16 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	r = r.WithContext(ctx)
 	g := rt.metrics.inFlight.WithLabelValues(ep.Address())
 	tokens := preq.ExpectedTokens()
+	prompt := int64(preq.PromptTokens)
 	ep.Begin(tokens)
+	ep.BeginPrefill(prompt)
+	prefilling := true
+	endPrefill := func() {
+		if prefilling {
+			prefilling = false
+			ep.EndPrefill(prompt)
+		}
+	}
 	g.Inc()
 	outcome := "aborted" // kept if Forward panics with http.ErrAbortHandler mid-stream
 	defer func() {
@@ -120,16 +129,18 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 			outcome = "client_gone" // the client hung up mid-stream; the backend did nothing wrong
 		}
 		g.Dec()
+		endPrefill()
 		ep.End(tokens)
 		rt.metrics.attempts.WithLabelValues(ep.Address(), outcome).Inc()
 		span.SetAttributes(attribute.String("sluice.outcome", outcome))
 		span.End()
 	}()
 	mw := measure.NewWriter(w, rt.now(), rt.now)
+	mw.OnFirstByte = endPrefill
 	err = rt.proxy.Forward(mw, r, ep.URL(), body)
 	outcome = outcomeLabel(err)
 	if err == nil {
-		observe(ep, mw.Result())
+		observe(ep, preq.PromptTokens, mw.Result())
 	}
 	if err == nil && ep.MarkHealthy() {
 		rt.log.Info("backend reachable again", "backend", ep.Address())
@@ -137,10 +148,12 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	return err
 }
 
-// observe feeds a relayed answer's measurements to the endpoint's averages.
-func observe(ep *backends.Endpoint, m measure.Result) {
+// observe feeds a relayed answer's measurements to the endpoint's averages;
+// prompt is the router's estimate of the prompt's tokens.
+func observe(ep *backends.Endpoint, prompt int, m measure.Result) {
 	if m.TTFT > 0 {
 		ep.ObserveTTFT(m.TTFT)
+		ep.ObservePrefill(prompt, m.TTFT)
 	}
 	if m.Tokens > 0 {
 		ep.ObserveDecode(m.Tokens, m.Decode)

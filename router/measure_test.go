@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -41,6 +42,9 @@ func TestProxiedAnswersFeedTheEndpointAverages(t *testing.T) {
 	e := s.endpoints[streamed.srv.URL]
 	assert.Positive(t, e.TTFT(), "TTFT measured on the stream")
 	assert.Positive(t, e.TokensPerSec(), "decode rate measured on the stream")
+	assert.Positive(t, e.PrefillTokensPerSec(), "prefill rate from the prompt estimate and the TTFT")
+	assert.Eventually(t, func() bool { return e.PendingPromptTokens() == 0 }, time.Second, time.Millisecond,
+		"the prompt is no longer pending once answered")
 
 	p = chatParams("other")
 	p.MaxTokens = openai.Int(6)
@@ -48,6 +52,8 @@ func TestProxiedAnswersFeedTheEndpointAverages(t *testing.T) {
 	require.NoError(t, err)
 	o := s.endpoints[whole.srv.URL]
 	assert.Zero(t, o.TTFT(), "no TTFT from a whole answer")
+	assert.Zero(t, o.PrefillTokensPerSec(), "no prefill rate without a TTFT")
+	assert.Eventually(t, func() bool { return o.PendingPromptTokens() == 0 }, time.Second, time.Millisecond)
 	assert.Positive(t, o.TokensPerSec(), "approximate rate from usage.completion_tokens")
 }
 

@@ -217,6 +217,7 @@ func (s *sim) arrive(id int) error {
 		return fmt.Errorf("fleet: policy returned an endpoint it was not given: %s", ep.Address())
 	}
 	ep.Begin(int64(r.PromptTokens + r.OutputTokens))
+	ep.BeginPrefill(int64(r.PromptTokens))
 	return s.submit(id, w, now)
 }
 
@@ -250,8 +251,25 @@ func (s *sim) submit(id, w int, now int64) error {
 func (s *sim) release(id, w int) {
 	if s.eps != nil {
 		r := &s.reqs[id]
-		s.eps[id%len(s.eps)][w].End(int64(r.PromptTokens + r.OutputTokens))
+		ep := s.eps[id%len(s.eps)][w]
+		if s.lastTok[id] == 0 {
+			ep.EndPrefill(int64(r.PromptTokens)) // no first token: still pending
+		}
+		ep.End(int64(r.PromptTokens + r.OutputTokens))
 	}
+}
+
+// prefilled feeds request id's first token to the endpoint of the replica
+// that routed it: its prompt is no longer pending, and its prompt size and
+// TTFT are a prefill-rate measurement, as the live router takes them.
+func (s *sim) prefilled(id, w int) {
+	if s.eps == nil {
+		return
+	}
+	r := &s.reqs[id]
+	ep := s.eps[id%len(s.eps)][w]
+	ep.EndPrefill(int64(r.PromptTokens))
+	ep.ObservePrefill(r.PromptTokens, s.out[id].TTFT)
 }
 
 // observe feeds request id's measured TTFT and decode rate to the endpoint
@@ -307,6 +325,7 @@ func (s *sim) record(w int, ev *gpuworker.Event) {
 	case gpuworker.EventFirstToken:
 		o.TTFT = time.Duration(t - s.arrival[id])
 		s.lastTok[id] = t
+		s.prefilled(id, w)
 		if s.oracle != nil {
 			s.oracle.started(w, id)
 		}

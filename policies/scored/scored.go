@@ -23,6 +23,13 @@
 //   - throughput: measured tokens/sec over the fastest candidate's; an
 //     unmeasured endpoint counts as the mean of the measured ones (1 when
 //     none is measured).
+//   - ttft: 1 - expected TTFT/longest expected TTFT among the candidates.
+//     The expected TTFT is the prompt tokens to prefill before the
+//     request's first token (policies.PrefillBacklog) over the endpoint's
+//     measured prefill rate (backends.Endpoint.PrefillTokensPerSec); an
+//     unmeasured endpoint counts as the mean rate of the measured ones
+//     (and when none is measured the backlog alone ranks them). A slow GPU
+//     thus gets long prompts only while its queue is short.
 //   - prefix: 1 for the endpoint owning the request's prefix hash at depth
 //     blocks on a consistent-hash ring of the pool, else 0 (0 for all when
 //     the request has no prefix hashes).
@@ -51,16 +58,21 @@ import (
 const Name = "scored"
 
 // DefaultScorers is what scored weighs when the config names no scorers,
-// and so Sluice's default routing: queue depth and free KV cache at weight 1
-// each, plus prefix affinity at 0.75 on the prompt's first prefix block. The
-// weights come from `make bench-policies`: on the Mooncake trace (8 H100s)
-// they cut p99 TTFT below least_request's while reaching 2-3x its
-// prefix-cache hit ratio; a prefix weight of 0.5 loses most of the hits, and
-// 1 or more starts to queue behind hot prefixes.
+// and so Sluice's default routing: queue depth, free KV cache and expected
+// TTFT at weight 1 each, plus prefix affinity at 0.75 on the prompt's first
+// prefix block. The weights come from `make bench-policies`: on the Mooncake
+// trace (8 H100s) they cut p99 TTFT below least_request's while reaching 2x
+// its prefix-cache hit ratio; a prefix weight of 0.5 loses most of the hits,
+// and 1 or more starts to queue behind hot prefixes. The ttft scorer makes
+// the default prefill-aware: on the prefill-heavy Azure code trace over a
+// fleet mixing H100s and L4s it keeps long prompts off the slow GPUs' queues
+// (p99 TTFT at 0.8 load 43-53 s instead of 84 s), and on Mooncake it costs
+// a little of the hit ratio but no TTFT.
 func DefaultScorers() []ScorerParams {
 	return []ScorerParams{
 		{Type: "queue_depth", Weight: 1},
 		{Type: "kv_cache", Weight: 1},
+		{Type: "ttft", Weight: 1},
 		{Type: "prefix", Weight: 0.75, Depth: 1},
 	}
 }
@@ -69,8 +81,8 @@ func DefaultScorers() []ScorerParams {
 type Params struct {
 	// Filters drop endpoints before scoring. Default none.
 	Filters []FilterParams `yaml:"filters"`
-	// Scorers rate endpoints. Default DefaultScorers(): queue_depth and
-	// kv_cache at weight 1, prefix at weight 0.75 and depth 1.
+	// Scorers rate endpoints. Default DefaultScorers(): queue_depth, kv_cache
+	// and ttft at weight 1, prefix at weight 0.75 and depth 1.
 	Scorers []ScorerParams `yaml:"scorers"`
 	// Picker is max or weighted_random. Default max.
 	Picker string `yaml:"picker"`
@@ -96,8 +108,8 @@ type FilterParams struct {
 
 // ScorerParams configures one scorer.
 type ScorerParams struct {
-	// Type is queue_depth, in_flight_tokens, kv_cache, throughput, prefix
-	// or session.
+	// Type is queue_depth, in_flight_tokens, kv_cache, throughput, ttft,
+	// prefix or session.
 	Type string `yaml:"type"`
 	// Weight multiplies the scorer's 0..1 rating; > 0. Default 1.
 	Weight float64 `yaml:"weight"`
@@ -117,6 +129,7 @@ const (
 	throughput
 	prefix
 	session
+	ttft
 )
 
 func filterKind(name string) (kind, bool) {
@@ -145,6 +158,8 @@ func scorerKind(name string) (kind, bool) {
 		return prefix, true
 	case "session":
 		return session, true
+	case "ttft":
+		return ttft, true
 	}
 	return 0, false
 }
@@ -165,14 +180,15 @@ type rnd interface{ Uint64() uint64 }
 
 // Balancer scores endpoints and picks by score. Safe for concurrent use.
 type Balancer struct {
-	rnd      rnd
-	filters  []filter
-	scorers  []scorer
-	random   bool
-	tol      float64
-	sample   int
-	aff      *policies.Affinity
-	needsAff bool
+	rnd       rnd
+	filters   []filter
+	scorers   []scorer
+	random    bool
+	tol       float64
+	sample    int
+	aff       *policies.Affinity
+	needsAff  bool
+	needsTTFT bool
 }
 
 var _ policies.Picker = (*Balancer)(nil)
@@ -200,7 +216,7 @@ func New(params map[string]any) (policies.Picker, error) {
 	for i, s := range p.Scorers {
 		k, ok := scorerKind(s.Type)
 		if !ok {
-			return nil, fmt.Errorf("params: scorers[%d].type: unknown scorer %q (want queue_depth, in_flight_tokens, kv_cache, throughput, prefix or session)", i, s.Type)
+			return nil, fmt.Errorf("params: scorers[%d].type: unknown scorer %q (want queue_depth, in_flight_tokens, kv_cache, throughput, ttft, prefix or session)", i, s.Type)
 		}
 		if s.Weight == 0 {
 			s.Weight = 1
@@ -218,6 +234,7 @@ func New(params map[string]any) (policies.Picker, error) {
 			return nil, fmt.Errorf("params: scorers[%d].depth: only the prefix scorer takes a depth", i)
 		}
 		b.needsAff = b.needsAff || k == prefix || k == session
+		b.needsTTFT = b.needsTTFT || k == ttft
 		b.scorers = append(b.scorers, scorer{k, s.Weight, s.Depth})
 	}
 	switch p.Picker {
@@ -242,6 +259,8 @@ type stats struct {
 	filtered             bool
 	maxQueue, maxTokens  int64
 	maxSpeed, meanSpeed  float64
+	maxTTFT, meanPrefill float64
+	prompt               int64
 	prefixOwner, session *backends.Endpoint
 }
 
@@ -322,7 +341,14 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 			}
 		}
 	}
-	var known, sum float64
+	var known, sum, pknown, psum float64
+	// For ttft: the longest expected TTFT among measured candidates, and
+	// the largest backlog among unmeasured ones (timed at the mean rate
+	// once it is known), so one pass finds the longest.
+	var maxTimed, maxUntimed float64
+	if b.needsTTFT {
+		st.prompt = int64(max(r.PromptTokens, 0))
+	}
 	s := policies.NewSample(seed, len(eps), k)
 	for i, ok := s.Next(); ok; i, ok = s.Next() {
 		e := eps[i]
@@ -336,9 +362,26 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 			known++
 			sum += v
 		}
+		if b.needsTTFT {
+			backlog := policies.PrefillBacklog(e, st.prompt)
+			if v := e.PrefillTokensPerSec(); v > 0 {
+				pknown++
+				psum += v
+				maxTimed = max(maxTimed, backlog/v)
+			} else {
+				maxUntimed = max(maxUntimed, backlog)
+			}
+		}
 	}
 	if known > 0 {
 		st.meanSpeed = sum / known
+	}
+	if b.needsTTFT {
+		st.meanPrefill = 1 // nothing measured: rank by prefill backlog alone
+		if pknown > 0 {
+			st.meanPrefill = psum / pknown
+		}
+		st.maxTTFT = max(maxTimed, maxUntimed/st.meanPrefill)
 	}
 	if b.needsAff {
 		for _, sc := range b.scorers {
@@ -351,6 +394,17 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 		}
 	}
 	return st
+}
+
+// expectedTTFT estimates the request's time to first token on e: the prompt
+// tokens to prefill before it (policies.PrefillBacklog) over e's measured
+// prefill rate, or the candidates' mean rate while e has none.
+func expectedTTFT(e *backends.Endpoint, st *stats) float64 {
+	rate := e.PrefillTokensPerSec()
+	if rate == 0 {
+		rate = st.meanPrefill
+	}
+	return policies.PrefillBacklog(e, st.prompt) / rate
 }
 
 // keep reports whether e passes every filter.
@@ -403,6 +457,11 @@ func (b *Balancer) score(e *backends.Endpoint, st *stats) float64 {
 					sp = st.meanSpeed
 				}
 				x = min(sp/st.maxSpeed, 1)
+			}
+		case ttft:
+			x = 1
+			if st.maxTTFT > 0 {
+				x = 1 - expectedTTFT(e, st)/st.maxTTFT
 			}
 		case prefix:
 			if e == st.prefixOwner {

@@ -2,6 +2,7 @@ package scored
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -131,4 +132,62 @@ func BenchmarkPick(b *testing.B) {
 			map[string]any{"type": "prefix", "weight": 2}, map[string]any{"type": "queue_depth"}, map[string]any{"type": "kv_cache"},
 		}}), r)
 	})
+}
+
+// prefillFleet is a fast endpoint (20,000 prompt tokens/s) with pending
+// prompt tokens queued and an idle slow one (4,000/s).
+func prefillFleet(t *testing.T, fastPending int64) []*backends.Endpoint {
+	t.Helper()
+	eps := policytest.Build(t, policytest.Spec{}, policytest.Spec{})
+	eps[0].ObservePrefill(2000, 100*time.Millisecond)
+	eps[0].BeginPrefill(fastPending)
+	eps[1].ObservePrefill(2000, 500*time.Millisecond)
+	return eps
+}
+
+func TestTTFTScorer(t *testing.T) {
+	ttftOnly := func() map[string]any { return scorers(map[string]any{"type": "ttft"}) }
+	req := &policies.Request{PromptTokens: 2000}
+
+	// (6,000+2,000)/20,000 = 0.4 s on the fast GPU beats 2,000/4,000 = 0.5 s.
+	c := policytest.Counts(t, newBalancer(t, ttftOnly()), req, prefillFleet(t, 6000), 20)
+	assert.Equal(t, 20, c[0], "a short queue on the fast GPU")
+
+	// (10,000+2,000)/20,000 = 0.6 s loses to the idle slow GPU.
+	c = policytest.Counts(t, newBalancer(t, ttftOnly()), req, prefillFleet(t, 10000), 20)
+	assert.Equal(t, 20, c[1], "a long queue on the fast GPU")
+
+	// A small prompt goes to the slow GPU sooner: 10,100/20,000 > 100/4,000.
+	c = policytest.Counts(t, newBalancer(t, ttftOnly()), &policies.Request{PromptTokens: 100}, prefillFleet(t, 10000), 20)
+	assert.Equal(t, 20, c[1])
+}
+
+func TestTTFTScorerUnmeasured(t *testing.T) {
+	ttftOnly := scorers(map[string]any{"type": "ttft"})
+	req := &policies.Request{PromptTokens: 1000}
+
+	// Nothing measured: the prefill backlog alone ranks.
+	eps := policytest.Build(t, policytest.Spec{}, policytest.Spec{})
+	eps[0].BeginPrefill(3000)
+	c := policytest.Counts(t, newBalancer(t, ttftOnly), req, eps, 20)
+	assert.Equal(t, 20, c[1])
+
+	// An unmeasured endpoint counts at the measured ones' mean rate.
+	eps = policytest.Build(t, policytest.Spec{}, policytest.Spec{}, policytest.Spec{})
+	eps[0].ObservePrefill(1000, 100*time.Millisecond) // 10,000/s, idle: 0.1 s
+	eps[1].ObservePrefill(1000, 10*time.Millisecond)  // 100,000/s
+	eps[1].BeginPrefill(19000)                        // 2 s
+	eps[2].BeginPrefill(1000)                         // at 55,000/s: 0.036 s
+	c = policytest.Counts(t, newBalancer(t, ttftOnly), req, eps, 20)
+	assert.Equal(t, 20, c[2])
+}
+
+func TestDefaultScorersIncludeTTFT(t *testing.T) {
+	var types []string
+	for _, s := range DefaultScorers() {
+		types = append(types, s.Type)
+	}
+	assert.Contains(t, types, "ttft")
+	_, err := New(map[string]any{"scorers": []any{map[string]any{"type": "ttft", "weight": 2}}})
+	assert.NoError(t, err)
 }

@@ -41,6 +41,10 @@ type Writer struct {
 
 	sse   sseScanner
 	usage usageScanner
+
+	// OnFirstByte, when set, is called once, when the first body byte of a
+	// successful answer has been relayed.
+	OnFirstByte func()
 }
 
 // NewWriter wraps w for an attempt that started at start; now is the clock
@@ -73,6 +77,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 		now := w.now()
 		if w.first.IsZero() {
 			w.first = now
+			if w.OnFirstByte != nil {
+				w.OnFirstByte()
+			}
 		}
 		w.last = now
 		switch {

@@ -106,3 +106,19 @@ func BenchmarkSSEScan(b *testing.B) {
 		s.scan(p, now)
 	}
 }
+
+func TestWriterCallsOnFirstByteOnce(t *testing.T) {
+	rec := httptest.NewRecorder()
+	c := &clock{t: time.Unix(100, 0)}
+	w := NewWriter(rec, time.Unix(100, 0), c.now)
+	calls := 0
+	w.OnFirstByte = func() { calls++ }
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	assert.Zero(t, calls, "headers are not the first token")
+	for range 3 {
+		_, err := w.Write([]byte("data: {}\n\n"))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, calls)
+}
