@@ -97,15 +97,8 @@ Flags:
 func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f loadFlags
 	fs := newLoadFlagSet(&f, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice-bench load: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, done := parseArgs(fs, args, stderr); done {
+		return code
 	}
 	if err := f.validate(); err != nil {
 		fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)

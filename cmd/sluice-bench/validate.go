@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -98,15 +97,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice-bench validate: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, done := parseArgs(fs, args, stderr); done {
+		return code
 	}
 	var extra []gpuworker.Profile
 	if *profilesFile != "" {
