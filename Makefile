@@ -45,7 +45,7 @@ bench-overhead: build
 bench-policies: build
 	./deploy/bench-policies.sh
 
-## bench-policies-live: the same comparison with real gpuworkers behind a real Sluice on loopback (~5 minutes)
+## bench-policies-live: the same comparison with real gpuworkers behind a real Sluice on loopback (~6 minutes)
 bench-policies-live: build
 	./deploy/bench-policies-live.sh
 

@@ -12,7 +12,7 @@
 # `sluice-bench simulate` of the same fleet, slice and load for comparison.
 #
 # Builds nothing: run `make build` first. Knobs (environment): H100S=2 L4S=4
-# SPEEDUP=10 LOAD=0.8 REQUESTS=600 POLICIES=<every registered policy>
+# SPEEDUP=3 LOAD=0.8 REQUESTS=600 POLICIES=<every registered policy>
 # TRACE=<azure code trace> BASE_PORT=19500 (workers BASE_PORT.., Sluice
 # BASE_PORT-1) BIN=bin
 set -euo pipefail
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
 H100S=${H100S:-2}
 L4S=${L4S:-4}
-SPEEDUP=${SPEEDUP:-10}
+SPEEDUP=${SPEEDUP:-3}
 LOAD=${LOAD:-0.8}
 REQUESTS=${REQUESTS:-600}
 TRACE=${TRACE:-../shared/workloads/azure_llm_2023_code.csv}
