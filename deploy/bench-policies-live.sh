@@ -58,14 +58,8 @@ trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM
 trap cleanup EXIT
 
-wait_for() { # url
-	for _ in $(seq 1 100); do
-		curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	echo "bench-policies-live: $1 did not come up" >&2
-	return 1
-}
+# shellcheck source=deploy/lib.sh
+. deploy/lib.sh
 
 run_policy() { # policy
 	local policy=$1

@@ -24,18 +24,14 @@ trap stop EXIT
 "$BIN/gpuworker" --listen 127.0.0.1:9001 --count 2 --model "$MODEL" --profile h100-llama3-8b & pids+=($!)
 "$BIN/gpuworker" --listen 127.0.0.1:9101 --count 2 --model "$MODEL" --profile l4-llama3-8b & pids+=($!)
 
+# shellcheck source=deploy/lib.sh
+. deploy/lib.sh
 for port in 9001 9002 9101 9102; do
-	for _ in $(seq 1 100); do
-		curl -fsS -o /dev/null "http://127.0.0.1:$port/health" 2>/dev/null && break
-		sleep 0.1
-	done
+	wait_for "http://127.0.0.1:$port/health" || true
 done
 
 "$BIN/sluice" serve --config configs/demo.yaml & pids+=($!)
-for _ in $(seq 1 100); do
-	curl -fsS -o /dev/null http://127.0.0.1:8080/readyz 2>/dev/null && break
-	sleep 0.1
-done
+wait_for http://127.0.0.1:8080/readyz || true
 cat <<MSG
 
 Sluice is up on http://127.0.0.1:8080 in front of 4 simulated GPU workers. Try:

@@ -45,14 +45,8 @@ trap 'stop; exit 130' INT
 trap 'stop; exit 143' TERM
 trap stop EXIT
 
-wait_for() { # url
-	for _ in $(seq 1 100); do
-		curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	echo "fidelity: $1 did not come up" >&2
-	return 1
-}
+# shellcheck source=deploy/lib.sh
+. deploy/lib.sh
 
 "$BIN/gpuworker" --listen "127.0.0.1:$BASE_PORT" --count "$COUNT" --model "$MODEL" \
 	--profile "$PROFILE" --speedup "$SPEEDUP" >"$tmp/workers.log" 2>&1 &

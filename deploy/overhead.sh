@@ -6,6 +6,8 @@
 #   PROFILE=h100-llama3-8b RATE=10 DURATION=20s ./deploy/overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=deploy/lib.sh
+. deploy/lib.sh
 BIN=${BIN:-bin}
 PROFILE=${PROFILE:-instant}
 RATE=${RATE:-300}
@@ -30,7 +32,7 @@ YAML
 "$BIN/gpuworker" --listen "127.0.0.1:$WPORT" --model llama-3-8b --profile "$PROFILE" 2>"$tmp/worker.log" & pids+=($!)
 "$BIN/sluice" serve --config "$tmp/sluice.yaml" 2>"$tmp/sluice.log" & pids+=($!)
 for url in "http://127.0.0.1:$WPORT/health" "http://127.0.0.1:$SPORT/readyz"; do
-	for _ in $(seq 1 100); do curl -fsS -o /dev/null "$url" 2>/dev/null && break; sleep 0.1; done
+	wait_for "$url" || true
 done
 
 args=(--model llama-3-8b --rate "$RATE" --duration "$DURATION" --stream --quiet --seed 7)
