@@ -67,7 +67,7 @@ func TestBackendDyingMidStreamAbortsTheClient(t *testing.T) {
 	}
 	assert.Error(t, st.Err(), "the client learns the stream broke; it never sees [DONE]")
 	_ = st.Close()
-	assert.Zero(t, s.endpoints[w.srv.URL].InFlight())
+	s.settled(t)
 	assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+w.srv.URL+`",outcome="aborted"} 1`)
 
 	// Sluice itself is fine.

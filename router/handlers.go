@@ -124,24 +124,27 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	}
 	g.Inc()
 	outcome := "aborted" // kept if Forward panics with http.ErrAbortHandler mid-stream
+	mw := measure.NewWriter(w, rt.now(), rt.now)
+	mw.OnFirstByte = endPrefill
 	defer func() {
 		if outcome == "aborted" && ctx.Err() != nil {
 			outcome = "client_gone" // the client hung up mid-stream; the backend did nothing wrong
 		}
+		if outcome == "ok" || outcome == "client_gone" {
+			// A client often closes the moment it has read "data: [DONE]",
+			// before the upstream body reports its end: what was relayed
+			// until then is still a true measurement of the backend.
+			observe(ep, preq.PromptTokens, mw.Result())
+		}
 		g.Dec()
 		endPrefill()
-		ep.End(tokens)
 		rt.metrics.attempts.WithLabelValues(ep.Address(), outcome).Inc()
 		span.SetAttributes(attribute.String("sluice.outcome", outcome))
 		span.End()
+		ep.End(tokens) // last: once in-flight drops, the attempt is fully recorded
 	}()
-	mw := measure.NewWriter(w, rt.now(), rt.now)
-	mw.OnFirstByte = endPrefill
 	err = rt.proxy.Forward(mw, r, ep.URL(), body)
 	outcome = outcomeLabel(err)
-	if err == nil {
-		observe(ep, preq.PromptTokens, mw.Result())
-	}
 	if err == nil && ep.MarkHealthy() {
 		rt.log.Info("backend reachable again", "backend", ep.Address())
 	}

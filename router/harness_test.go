@@ -130,3 +130,18 @@ func headerTimeout(o router.Options) time.Duration {
 	}
 	return 10 * time.Second
 }
+
+// settled waits until no attempt is in flight on any endpoint: the router
+// records an attempt (metrics, span, measurements) as its handler returns,
+// which can be just after the client has read the last byte.
+func (s *sluice) settled(t testing.TB) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, e := range s.endpoints {
+			if e.InFlight() != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond)
+}

@@ -40,6 +40,9 @@ func TestProxiedAnswersFeedTheEndpointAverages(t *testing.T) {
 	require.NoError(t, stream.Err())
 	require.NoError(t, stream.Close())
 	e := s.endpoints[streamed.srv.URL]
+	// The router records an answer when its handler returns, which can be
+	// just after the client has read the last byte.
+	require.Eventually(t, func() bool { return e.InFlight() == 0 }, 5*time.Second, time.Millisecond)
 	assert.Positive(t, e.TTFT(), "TTFT measured on the stream")
 	assert.Positive(t, e.TokensPerSec(), "decode rate measured on the stream")
 	assert.Positive(t, e.PrefillTokensPerSec(), "prefill rate from the prompt estimate and the TTFT")
@@ -51,6 +54,7 @@ func TestProxiedAnswersFeedTheEndpointAverages(t *testing.T) {
 	_, err := c.Chat.Completions.New(context.Background(), p, option.WithJSONSet("ignore_eos", true))
 	require.NoError(t, err)
 	o := s.endpoints[whole.srv.URL]
+	require.Eventually(t, func() bool { return o.InFlight() == 0 }, 5*time.Second, time.Millisecond)
 	assert.Zero(t, o.TTFT(), "no TTFT from a whole answer")
 	assert.Zero(t, o.PrefillTokensPerSec(), "no prefill rate without a TTFT")
 	assert.Eventually(t, func() bool { return o.PendingPromptTokens() == 0 }, time.Second, time.Millisecond)

@@ -308,6 +308,7 @@ func TestStreamIsRelayedAsItIsGenerated(t *testing.T) {
 
 func scrape(t *testing.T, s *sluice) string {
 	t.Helper()
+	s.settled(t)
 	res, err := http.Get(s.srv.URL + "/metrics")
 	require.NoError(t, err)
 	defer res.Body.Close()
@@ -344,15 +345,13 @@ func TestMetricsEndpoint(t *testing.T) {
 	c := s.client(t)
 	_, err := c.Chat.Completions.New(context.Background(), chatParams(model))
 	require.NoError(t, err)
-	res, err := http.Get(s.srv.URL + "/metrics")
-	require.NoError(t, err)
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	text := string(b)
-	assert.Contains(t, text, `sluice_http_requests_total{code="200",model="llama-3-8b",route="/v1/chat/completions"} 1`)
+	// The request is counted as its handler returns, which can be just
+	// after the client has its answer.
+	want := `sluice_http_requests_total{code="200",model="llama-3-8b",route="/v1/chat/completions"} 1`
+	var text string
+	require.Eventually(t, func() bool { text = scrape(t, s); return strings.Contains(text, want) },
+		5*time.Second, time.Millisecond)
 	assert.Contains(t, text, `sluice_upstream_attempts_total{backend="`+w.srv.URL+`",outcome="ok"} 1`)
-	http.DefaultClient.CloseIdleConnections()
 }
 
 type apiError struct {
