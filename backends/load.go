@@ -34,15 +34,11 @@ type signals struct {
 	tokensPerSec     atomic.Uint64 // float64 bits; 0 until the first observation
 	ttft             atomic.Uint64 // float64 bits, seconds; 0 until the first observation
 	pendingPrompt    atomic.Int64
+	pendingRequests  atomic.Int64
+	sentPrompt       atomic.Int64  // prompt tokens of every BeginPrefill
+	sentPrefills     atomic.Int64  // number of BeginPrefill calls
 	prefillRate      atomic.Uint64 // float64 bits, tokens/s; 0 until the first observation
 }
-
-// Prefill-rate envelope: an observation above the current estimate moves it
-// by prefillRise, one below by prefillFall. See ObservePrefill.
-const (
-	prefillRise = 0.5
-	prefillFall = 0.02
-)
 
 // Load returns the last scraped engine state, or nil when the endpoint has
 // never been scraped or its last scrape failed (stale data is dropped, never
@@ -101,16 +97,37 @@ func (e *Endpoint) ObserveDecode(tokens int, d time.Duration) {
 // BeginPrefill records that a request with prompt tokens was sent and has
 // not produced its first token yet. Pair it with one EndPrefill(prompt),
 // called at the first token or when the attempt ends, whichever comes first.
-func (e *Endpoint) BeginPrefill(prompt int64) { e.sig.pendingPrompt.Add(prompt) }
+func (e *Endpoint) BeginPrefill(prompt int64) {
+	e.sig.pendingPrompt.Add(prompt)
+	e.sig.pendingRequests.Add(1)
+	e.sig.sentPrompt.Add(prompt)
+	e.sig.sentPrefills.Add(1)
+}
 
 // EndPrefill records that a request begun with BeginPrefill(prompt) has
 // produced its first token or ended.
-func (e *Endpoint) EndPrefill(prompt int64) { e.sig.pendingPrompt.Add(-prompt) }
+func (e *Endpoint) EndPrefill(prompt int64) {
+	e.sig.pendingPrompt.Add(-prompt)
+	e.sig.pendingRequests.Add(-1)
+}
 
 // PendingPromptTokens is the prompt tokens of the requests this replica has
 // in flight to the endpoint that have not produced a first token yet: the
 // prefill work queued ahead of a new request, as far as this replica knows.
 func (e *Endpoint) PendingPromptTokens() int64 { return max(e.sig.pendingPrompt.Load(), 0) }
+
+// PendingRequests is how many requests make up PendingPromptTokens.
+func (e *Endpoint) PendingRequests() int64 { return max(e.sig.pendingRequests.Load(), 0) }
+
+// MeanPrompt is the mean prompt size, in tokens, of the requests this
+// replica has sent to the endpoint, or 0 before the first.
+func (e *Endpoint) MeanPrompt() float64 {
+	n := e.sig.sentPrefills.Load()
+	if n == 0 {
+		return 0
+	}
+	return float64(e.sig.sentPrompt.Load()) / float64(n)
+}
 
 // PrefillTokensPerSec estimates how fast the endpoint prefills prompts, in
 // prompt tokens per second, or 0 before the first measurement.
@@ -118,38 +135,21 @@ func (e *Endpoint) PrefillTokensPerSec() float64 {
 	return math.Float64frombits(e.sig.prefillRate.Load())
 }
 
-// ObservePrefill folds one answer's prompt size and time to first token
-// into the prefill-rate estimate.
+// ObservePrefill folds one answer's time to first token into the
+// prefill-rate estimate: ahead is the prompt tokens the endpoint had queued
+// before the request when it was sent (policies.PrefillAhead), prompt its own
+// prompt tokens.
 //
-// A TTFT includes the time the request queued behind others, so
-// promptTokens/ttft reads low under load, and an average of it would call a
-// busy endpoint slow: routing away from it then keeps it looking slow, and
-// counting its queue (PendingPromptTokens) on top would count the queue
-// twice. The estimate is therefore an upper envelope: it rises quickly
-// (weight 0.5) to an observation above it and decays slowly (weight 0.02)
-// to one below, so it follows the fastest, least-queued answers - the
-// engine's own prefill speed - while still adapting if the endpoint really
-// slows down (half the way in about 35 answers).
-func (e *Endpoint) ObservePrefill(promptTokens int, ttft time.Duration) {
-	if promptTokens <= 0 || ttft <= 0 {
-		return
-	}
-	x := float64(promptTokens) / ttft.Seconds()
-	v := &e.sig.prefillRate
-	for {
-		old := v.Load()
-		cur := math.Float64frombits(old)
-		next := x
-		switch {
-		case old == 0:
-		case x > cur:
-			next = cur + prefillRise*(x-cur)
-		default:
-			next = cur + prefillFall*(x-cur)
-		}
-		if v.CompareAndSwap(old, math.Float64bits(next)) {
-			return
-		}
+// An engine prefills in arrival order, so by the request's first token it
+// has prefilled the prompts queued ahead of it plus its own:
+// (ahead+prompt)/ttft is the rate at which the endpoint drains a prefill
+// queue, whatever the queue's length. Dividing by the prompt alone would
+// read a busy endpoint as slow (its TTFT includes the wait), and dividing
+// the queue by that rate would then count the queue twice. The estimate is
+// a moving average (weight 0.2) of these rates.
+func (e *Endpoint) ObservePrefill(ahead int64, prompt int, ttft time.Duration) {
+	if prompt > 0 && ttft > 0 {
+		ewma(&e.sig.prefillRate, (float64(max(ahead, 0))+float64(prompt))/ttft.Seconds())
 	}
 }
 

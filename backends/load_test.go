@@ -67,46 +67,47 @@ func TestPendingPromptTokens(t *testing.T) {
 	e, err := NewEndpoint("http://a:1", 1)
 	require.NoError(t, err)
 	assert.Zero(t, e.PendingPromptTokens())
+	assert.Zero(t, e.MeanPrompt(), "nothing sent")
 	e.BeginPrefill(2000)
 	e.BeginPrefill(500)
 	assert.EqualValues(t, 2500, e.PendingPromptTokens())
+	assert.EqualValues(t, 2, e.PendingRequests())
 	e.EndPrefill(2000)
 	assert.EqualValues(t, 500, e.PendingPromptTokens(), "the first request produced its first token")
+	assert.EqualValues(t, 1, e.PendingRequests())
 	e.EndPrefill(500)
 	assert.Zero(t, e.PendingPromptTokens())
+	assert.Zero(t, e.PendingRequests())
+	assert.InDelta(t, 1250, e.MeanPrompt(), 1e-9, "the mean of every prompt sent, pending or not")
 }
 
-func TestObservePrefillFollowsTheFastestAnswers(t *testing.T) {
+func TestObservePrefillMeasuresTheDrainRate(t *testing.T) {
 	e, err := NewEndpoint("http://a:1", 1)
 	require.NoError(t, err)
 	assert.Zero(t, e.PrefillTokensPerSec(), "unmeasured")
-	e.ObservePrefill(0, time.Second)
-	e.ObservePrefill(100, 0)
+	e.ObservePrefill(0, 0, time.Second)
+	e.ObservePrefill(0, 100, 0)
 	assert.Zero(t, e.PrefillTokensPerSec(), "empty observations are ignored")
 
-	e.ObservePrefill(2000, 100*time.Millisecond)
+	e.ObservePrefill(0, 2000, 100*time.Millisecond)
 	assert.InDelta(t, 20000, e.PrefillTokensPerSec(), 1e-6, "the first observation is taken whole")
 
-	// A queued answer (same prompt, ten times the TTFT) barely moves the
-	// estimate: the queue is not the engine's speed.
-	e.ObservePrefill(2000, time.Second)
-	assert.InDelta(t, 20000+prefillFall*(2000-20000), e.PrefillTokensPerSec(), 1e-6)
+	// The same prompt queued behind 18,000 tokens waits ten times as long:
+	// the engine drained 20,000 tokens in that second, the same rate, so
+	// the estimate does not move. The queue is not the engine's speed.
+	e.ObservePrefill(18000, 2000, time.Second)
+	assert.InDelta(t, 20000, e.PrefillTokensPerSec(), 1e-6)
 
-	// A faster answer moves it halfway at once.
-	before := e.PrefillTokensPerSec()
-	e.ObservePrefill(4000, 100*time.Millisecond)
-	assert.InDelta(t, before+prefillRise*(40000-before), e.PrefillTokensPerSec(), 1e-6)
+	// A real slowdown moves it by the average's weight.
+	e.ObservePrefill(0, 2000, 200*time.Millisecond)
+	assert.InDelta(t, 20000+ewmaAlpha*(10000-20000), e.PrefillTokensPerSec(), 1e-6)
+	for range 50 {
+		e.ObservePrefill(8000, 2000, time.Second)
+	}
+	assert.InDelta(t, 10000, e.PrefillTokensPerSec(), 10, "a lasting change is followed")
 
-	// A lasting slowdown is followed: half the way in about 35 answers.
-	start := e.PrefillTokensPerSec()
-	for range 35 {
-		e.ObservePrefill(1000, time.Second)
-	}
-	assert.Less(t, e.PrefillTokensPerSec(), (start+1000)/2)
-	for range 400 {
-		e.ObservePrefill(1000, time.Second)
-	}
-	assert.InDelta(t, 1000, e.PrefillTokensPerSec(), 50)
+	e.ObservePrefill(-5, 1000, 100*time.Millisecond)
+	assert.InDelta(t, 10000, e.PrefillTokensPerSec(), 10, "a negative ahead counts as none")
 }
 
 func TestObservePrefillConcurrent(t *testing.T) {
@@ -119,7 +120,7 @@ func TestObservePrefillConcurrent(t *testing.T) {
 			defer wg.Done()
 			for range 1000 {
 				e.BeginPrefill(10)
-				e.ObservePrefill(1000, 100*time.Millisecond)
+				e.ObservePrefill(0, 1000, 100*time.Millisecond)
 				e.EndPrefill(10)
 			}
 		}()

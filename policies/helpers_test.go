@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
 	"github.com/sluice-llm/sluice/policies/policytest"
 )
@@ -44,4 +45,39 @@ func TestQueueDepth(t *testing.T) {
 			assert.Equal(t, tt.want, policies.QueueDepth(e))
 		})
 	}
+}
+
+func TestPrefillAhead(t *testing.T) {
+	// pending sends n prompts of size tokens each to e, without first tokens.
+	pending := func(e *backends.Endpoint, n int, tokens int64) {
+		for range n {
+			e.BeginPrefill(tokens)
+		}
+	}
+	scraped := policytest.Scraped
+
+	e := policytest.Build(t, policytest.Spec{})[0]
+	assert.Zero(t, policies.PrefillAhead(e, 500), "idle and never scraped")
+	assert.InDelta(t, 500, policies.PrefillBacklog(e, 500), 1e-9, "the prompt itself")
+
+	e = policytest.Build(t, policytest.Spec{})[0]
+	pending(e, 2, 1000)
+	assert.EqualValues(t, 2000, policies.PrefillAhead(e, 500), "never scraped: this replica's pending prompts")
+
+	e = policytest.Build(t, policytest.Spec{Load: scraped(2, 40)})[0]
+	pending(e, 2, 1000)
+	assert.EqualValues(t, 2000, policies.PrefillAhead(e, 500), "the engine waits on no more than this replica sent; running requests do not count")
+
+	e = policytest.Build(t, policytest.Spec{Load: scraped(5, 0)})[0]
+	pending(e, 2, 1000)
+	e.BeginPrefill(4000)
+	e.EndPrefill(4000) // sent and started: counts in the mean prompt only
+	assert.EqualValues(t, 2000+3*2000, policies.PrefillAhead(e, 500), "three more waiting than pending: other replicas' prompts at this replica's mean prompt")
+
+	e = policytest.Build(t, policytest.Spec{Load: scraped(3, 0)})[0]
+	assert.EqualValues(t, 3*700, policies.PrefillAhead(e, 700), "nothing sent yet: others' prompts at this prompt's size")
+
+	e = policytest.Build(t, policytest.Spec{Load: scraped(9, 0), Stale: true})[0]
+	pending(e, 1, 1000)
+	assert.EqualValues(t, 1000, policies.PrefillAhead(e, 500), "a failed scrape shows no other replicas' work")
 }

@@ -43,17 +43,38 @@ func TwoChoices(seed uint64, eps []*backends.Endpoint) (*backends.Endpoint, erro
 	return eps[i], nil
 }
 
-// PrefillBacklog is the prompt tokens e must prefill before the first token
-// of a new request with prompt tokens: the prompts this replica has sent that
-// have no first token yet (backends.Endpoint.PendingPromptTokens), the new
-// prompt itself, and, when a fresh scrape shows more requests than this
-// replica has in flight (other replicas' work), that surplus at prompt
-// tokens each. Divided by the endpoint's prefill rate it estimates the
-// request's time to first token there.
-func PrefillBacklog(e *backends.Endpoint, prompt int64) float64 {
-	t := float64(e.PendingPromptTokens() + prompt)
-	if others := QueueDepth(e) - e.InFlight(); others > 0 {
-		t += float64(others * prompt)
+// PrefillAhead is the prompt tokens e must prefill before it can start on a
+// new request with prompt tokens: the prompts this replica has sent there
+// without a first token yet (backends.Endpoint.PendingPromptTokens) and,
+// when a fresh scrape shows more requests waiting in the engine than this
+// replica has pending there (other replicas' prompts), that surplus at the
+// mean size of the prompts this replica has sent there (this prompt's size
+// before the first). Running requests are not counted: they are past their
+// prefill or in it, and the measured prefill rate already reflects the
+// decode work they add to each step. Record it when a request is sent and
+// pass it to backends.Endpoint.ObservePrefill, so that the measured rate and
+// the backlog it divides count the same tokens.
+func PrefillAhead(e *backends.Endpoint, prompt int64) int64 {
+	own := e.PendingPromptTokens()
+	l := e.Load()
+	if l == nil {
+		return own
 	}
-	return t
+	others := int64(l.Waiting) - e.PendingRequests()
+	if others <= 0 {
+		return own
+	}
+	mean := e.MeanPrompt()
+	if mean == 0 {
+		mean = float64(prompt)
+	}
+	return own + int64(float64(others)*mean)
+}
+
+// PrefillBacklog is PrefillAhead plus the new prompt itself: the tokens to
+// prefill before the request's first token on e. Divided by the endpoint's
+// measured prefill rate it estimates the request's time to first token
+// there.
+func PrefillBacklog(e *backends.Endpoint, prompt int64) float64 {
+	return float64(PrefillAhead(e, prompt) + prompt)
 }

@@ -114,6 +114,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	tokens := preq.ExpectedTokens()
 	prompt := int64(preq.PromptTokens)
 	ep.Begin(tokens)
+	ahead := policies.PrefillAhead(ep, prompt)
 	ep.BeginPrefill(prompt)
 	prefilling := true
 	endPrefill := func() {
@@ -134,7 +135,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 			// A client often closes the moment it has read "data: [DONE]",
 			// before the upstream body reports its end: what was relayed
 			// until then is still a true measurement of the backend.
-			observe(ep, preq.PromptTokens, mw.Result())
+			observe(ep, ahead, preq.PromptTokens, mw.Result())
 		}
 		g.Dec()
 		endPrefill()
@@ -152,11 +153,12 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 }
 
 // observe feeds a relayed answer's measurements to the endpoint's averages;
-// prompt is the router's estimate of the prompt's tokens.
-func observe(ep *backends.Endpoint, prompt int, m measure.Result) {
+// prompt is the router's estimate of the prompt's tokens and ahead the
+// prompt tokens pending on ep when it was sent.
+func observe(ep *backends.Endpoint, ahead int64, prompt int, m measure.Result) {
 	if m.TTFT > 0 {
 		ep.ObserveTTFT(m.TTFT)
-		ep.ObservePrefill(prompt, m.TTFT)
+		ep.ObservePrefill(ahead, prompt, m.TTFT)
 	}
 	if m.Tokens > 0 {
 		ep.ObserveDecode(m.Tokens, m.Decode)

@@ -71,6 +71,7 @@ type sim struct {
 	out      []Outcome
 	arrival  []int64 // ns
 	lastTok  []int64 // ns of the latest token, per request
+	ahead    []int64 // prompt tokens pending ahead at dispatch, per request
 	itl      *Histogram
 	finished int64 // ns of the latest completion
 
@@ -123,6 +124,7 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 		out:       make([]Outcome, len(reqs)),
 		arrival:   make([]int64, len(reqs)),
 		lastTok:   make([]int64, len(reqs)),
+		ahead:     make([]int64, len(reqs)),
 		itl:       new(Histogram),
 		preq:      policies.Request{Model: opts.Model, Stream: true},
 	}
@@ -217,6 +219,7 @@ func (s *sim) arrive(id int) error {
 		return fmt.Errorf("fleet: policy returned an endpoint it was not given: %s", ep.Address())
 	}
 	ep.Begin(int64(r.PromptTokens + r.OutputTokens))
+	s.ahead[id] = policies.PrefillAhead(ep, int64(r.PromptTokens))
 	ep.BeginPrefill(int64(r.PromptTokens))
 	return s.submit(id, w, now)
 }
@@ -269,7 +272,7 @@ func (s *sim) prefilled(id, w int) {
 	r := &s.reqs[id]
 	ep := s.eps[id%len(s.eps)][w]
 	ep.EndPrefill(int64(r.PromptTokens))
-	ep.ObservePrefill(r.PromptTokens, s.out[id].TTFT)
+	ep.ObservePrefill(s.ahead[id], r.PromptTokens, s.out[id].TTFT)
 }
 
 // observe feeds request id's measured TTFT and decode rate to the endpoint

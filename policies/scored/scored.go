@@ -58,22 +58,24 @@ import (
 const Name = "scored"
 
 // DefaultScorers is what scored weighs when the config names no scorers,
-// and so Sluice's default routing: queue depth, free KV cache and expected
-// TTFT at weight 1 each, plus prefix affinity at 0.75 on the prompt's first
-// prefix block. The weights come from `make bench-policies`: on the Mooncake
-// trace (8 H100s) they cut p99 TTFT below least_request's while reaching 2x
-// its prefix-cache hit ratio; a prefix weight of 0.5 loses most of the hits,
-// and 1 or more starts to queue behind hot prefixes. The ttft scorer makes
-// the default prefill-aware: on the prefill-heavy Azure code trace over a
-// fleet mixing H100s and L4s it keeps long prompts off the slow GPUs' queues
-// (p99 TTFT at 0.8 load 43-53 s instead of 84 s), and on Mooncake it costs
-// a little of the hit ratio but no TTFT.
+// and so Sluice's default routing: expected TTFT at weight 2, queue depth and
+// free KV cache at weight 1 each, and prefix affinity at weight 1 on the
+// prompt's second prefix block. The weights come from `make bench-policies`.
+// Expected TTFT leads because it is the one signal that knows a GPU's speed:
+// on the prefill-heavy Azure code trace over a fleet mixing H100s and L4s it
+// keeps long prompts off the slow GPUs' queues, and with it the default's
+// p99 TTFT at 0.8 load is below the oracle's and an eighth of
+// least_request's. Queue depth and KV use break its ties and cut Mooncake's
+// p99 TTFT below least_request's, and prefix affinity on the second block
+// (the first is shared too widely to say much) roughly doubles
+// round_robin's prefix-cache hit ratio there without queueing behind hot
+// prefixes.
 func DefaultScorers() []ScorerParams {
 	return []ScorerParams{
+		{Type: "ttft", Weight: 2},
 		{Type: "queue_depth", Weight: 1},
 		{Type: "kv_cache", Weight: 1},
-		{Type: "ttft", Weight: 1},
-		{Type: "prefix", Weight: 0.75, Depth: 1},
+		{Type: "prefix", Weight: 1, Depth: 2},
 	}
 }
 
@@ -81,8 +83,8 @@ func DefaultScorers() []ScorerParams {
 type Params struct {
 	// Filters drop endpoints before scoring. Default none.
 	Filters []FilterParams `yaml:"filters"`
-	// Scorers rate endpoints. Default DefaultScorers(): queue_depth, kv_cache
-	// and ttft at weight 1, prefix at weight 0.75 and depth 1.
+	// Scorers rate endpoints. Default DefaultScorers(): ttft at weight 2,
+	// queue_depth and kv_cache at weight 1, prefix at weight 1 and depth 2.
 	Scorers []ScorerParams `yaml:"scorers"`
 	// Picker is max or weighted_random. Default max.
 	Picker string `yaml:"picker"`

@@ -139,9 +139,9 @@ func BenchmarkPick(b *testing.B) {
 func prefillFleet(t *testing.T, fastPending int64) []*backends.Endpoint {
 	t.Helper()
 	eps := policytest.Build(t, policytest.Spec{}, policytest.Spec{})
-	eps[0].ObservePrefill(2000, 100*time.Millisecond)
+	eps[0].ObservePrefill(0, 2000, 100*time.Millisecond)
 	eps[0].BeginPrefill(fastPending)
-	eps[1].ObservePrefill(2000, 500*time.Millisecond)
+	eps[1].ObservePrefill(0, 2000, 500*time.Millisecond)
 	return eps
 }
 
@@ -174,10 +174,10 @@ func TestTTFTScorerUnmeasured(t *testing.T) {
 
 	// An unmeasured endpoint counts at the measured ones' mean rate.
 	eps = policytest.Build(t, policytest.Spec{}, policytest.Spec{}, policytest.Spec{})
-	eps[0].ObservePrefill(1000, 100*time.Millisecond) // 10,000/s, idle: 0.1 s
-	eps[1].ObservePrefill(1000, 10*time.Millisecond)  // 100,000/s
-	eps[1].BeginPrefill(19000)                        // 2 s
-	eps[2].BeginPrefill(1000)                         // at 55,000/s: 0.036 s
+	eps[0].ObservePrefill(0, 1000, 100*time.Millisecond) // 10,000/s, idle: 0.1 s
+	eps[1].ObservePrefill(0, 1000, 10*time.Millisecond)  // 100,000/s
+	eps[1].BeginPrefill(19000)                           // 2 s
+	eps[2].BeginPrefill(1000)                            // at 55,000/s: 0.036 s
 	c = policytest.Counts(t, newBalancer(t, ttftOnly), req, eps, 20)
 	assert.Equal(t, 20, c[2])
 }
