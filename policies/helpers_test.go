@@ -81,3 +81,29 @@ func TestPrefillAhead(t *testing.T) {
 	pending(e, 1, 1000)
 	assert.EqualValues(t, 1000, policies.PrefillAhead(e, 500), "a failed scrape shows no other replicas' work")
 }
+
+func TestPrefixTable(t *testing.T) {
+	eps := policytest.Idle(t, 2)
+	tab := policies.NewPrefixTable(4) // 16 slots
+	assert.Nil(t, tab.Lookup(42), "never recorded")
+	tab.Record(42, eps[0])
+	assert.Same(t, eps[0], tab.Lookup(42))
+	tab.Record(42, eps[1])
+	assert.Same(t, eps[1], tab.Lookup(42), "the last endpoint wins")
+	tab.Record(0, eps[0])
+	assert.Same(t, eps[0], tab.Lookup(0), "key 0 works too")
+
+	// A full table forgets: 1,000 keys in 16 slots leave at most 16.
+	for k := range uint64(1000) {
+		tab.Record(k+100, eps[k%2])
+	}
+	kept := 0
+	for k := range uint64(1000) {
+		if e := tab.Lookup(k + 100); e != nil {
+			kept++
+			assert.Same(t, eps[k%2], e, "a remembered key keeps its own endpoint")
+		}
+	}
+	assert.LessOrEqual(t, kept, 16)
+	assert.Positive(t, kept)
+}

@@ -9,8 +9,9 @@
 // Options.ScrapeInterval of virtual time each replica stores each worker's
 // engine load (waiting, running, KV use) with StoreLoad, at a phase of its
 // own; each completed answer's TTFT and decode rate are observed on the
-// routing replica's endpoint; and Request.PrefixHashes carries one chained
-// hash per trace hash id (see PrefixHashes). The event loop is a min-heap of each busy
+// routing replica's endpoint; and Request.PrefixHashes carries the chained
+// hashes the live router would compute for the prompt sluice-bench load
+// builds from the request (see PrefixHashes). The event loop is a min-heap of each busy
 // engine's next step end plus the next arrival: no goroutines, no wall clock,
 // and no allocation per step in the steady state.
 //

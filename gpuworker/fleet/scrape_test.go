@@ -88,16 +88,34 @@ func TestScrapeSeesQueues(t *testing.T) {
 }
 
 func TestPrefixHashesFollowHashIDs(t *testing.T) {
-	a := PrefixHashes(nil, []int{1, 2, 3})
-	b := PrefixHashes(nil, []int{1, 2, 4})
-	c := PrefixHashes(nil, []int{5, 2, 3})
-	require.Len(t, a, 3)
-	assert.Equal(t, a[:2], b[:2], "shared leading ids give shared leading hashes")
-	assert.NotEqual(t, a[2], b[2])
+	const perBlock = workload.BlockTokens / ChunkTokens // whole chunks inside the first block
+	a := PrefixHashes(nil, []int{1, 2, 3}, 1536, 0)
+	b := PrefixHashes(nil, []int{1, 2, 4}, 1536, 1)
+	c := PrefixHashes(nil, []int{5, 2, 3}, 1536, 0)
+	require.Len(t, a, 1536/ChunkTokens)
+	assert.Len(t, PrefixHashes(nil, nil, 100_000, 0), MaxChunks, "at most MaxChunks, as the router")
+	assert.Empty(t, PrefixHashes(nil, []int{1}, ChunkTokens-1, 0), "no whole chunk")
+
+	second := 2*workload.BlockTokens/ChunkTokens - 1 // the last chunk that ends in block 1
+	assert.Equal(t, a[:second+1], b[:second+1], "shared leading blocks give shared leading hashes")
+	assert.NotEqual(t, a[second+1], b[second+1], "the chunk reaching into block 2 differs")
 	for i := range a {
 		assert.NotEqual(t, a[i], c[i], "a different first block changes every later hash")
 	}
-	assert.Empty(t, PrefixHashes(nil, nil))
+	seen := make(map[uint64]bool)
+	for _, h := range a[:perBlock] {
+		assert.False(t, seen[h], "each chunk of a block has its own hash")
+		seen[h] = true
+	}
+
+	u0 := PrefixHashes(nil, nil, 1000, 0)
+	u1 := PrefixHashes(nil, nil, 1000, 1)
+	for i := range u0 {
+		assert.NotEqual(t, u0[i], u1[i], "prompts without hash ids share nothing")
+	}
+	short := PrefixHashes(nil, []int{1}, 1536, 7)
+	assert.Equal(t, a[:perBlock], short[:perBlock], "the covered block is shared")
+	assert.NotEqual(t, a[perBlock+1], short[perBlock+1], "past the hash ids the prompt is the request's own")
 
 	spec := mustSpec(t, "2xh100-llama3-8b")
 	reqs := []workload.Request{
@@ -108,9 +126,9 @@ func TestPrefixHashesFollowHashIDs(t *testing.T) {
 	p := new(probe)
 	_, err := Run(Options{Spec: spec, Pickers: []policies.Picker{p}}, reqs)
 	require.NoError(t, err)
-	assert.Equal(t, PrefixHashes(nil, []int{7, 8, 9}), p.prefixes[0])
-	assert.Equal(t, p.prefixes[0][:2], p.prefixes[1])
-	assert.Empty(t, p.prefixes[2])
+	assert.Equal(t, PrefixHashes(nil, []int{7, 8, 9}, 1500, 0), p.prefixes[0])
+	assert.Equal(t, p.prefixes[0][:1000/ChunkTokens], p.prefixes[1])
+	assert.Equal(t, PrefixHashes(nil, nil, 100, 2), p.prefixes[2])
 }
 
 func TestReplicasScrapeOutOfPhase(t *testing.T) {

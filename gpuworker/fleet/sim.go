@@ -203,7 +203,7 @@ func (s *sim) arrive(id int) error {
 	r := &s.reqs[id]
 	s.preq.PromptTokens = r.PromptTokens
 	s.preq.MaxTokens = r.OutputTokens
-	s.prefix = PrefixHashes(s.prefix[:0], r.HashIDs)
+	s.prefix = PrefixHashes(s.prefix[:0], r.HashIDs, r.PromptTokens, uint64(id))
 	s.preq.PrefixHashes = s.prefix
 	if len(s.prefix) == 0 {
 		s.preq.PrefixHashes = nil

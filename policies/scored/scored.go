@@ -30,10 +30,12 @@
 //     unmeasured endpoint counts as the mean rate of the measured ones
 //     (and when none is measured the backlog alone ranks them). A slow GPU
 //     thus gets long prompts only while its queue is short.
-//   - prefix: 1 for the endpoint owning the request's prefix hash at depth
-//     blocks on a consistent-hash ring of the pool, else 0 (0 for all when
-//     the request has no prefix hashes).
-//   - session: the same for the request's session key.
+//   - prefix: 1 for the endpoint this replica last sent the request's
+//     prefix hash at depth to (a policies.PrefixTable of the 65,536 most
+//     recent), else 0; 0 for all when the prefix is new or the request has
+//     none, so prompts that share nothing are placed by load alone.
+//   - session: 1 for the endpoint owning the request's session key on a
+//     consistent-hash ring of the pool, else 0.
 //
 // Pickers: max (default) chooses at random among the candidates scoring
 // within Tolerance × (sum of weights) of the best, so near-ties do not herd;
@@ -57,25 +59,30 @@ import (
 // Name is the policy's config name.
 const Name = "scored"
 
+// prefixTableBits sizes the prefix scorer's table: 2^16 slots, 1 MiB, the
+// last endpoint of the 65,536 most recently routed prefixes at best.
+const prefixTableBits = 16
+
 // DefaultScorers is what scored weighs when the config names no scorers,
 // and so Sluice's default routing: expected TTFT at weight 2, queue depth and
-// free KV cache at weight 1 each, and prefix affinity at weight 1 on the
-// prompt's second prefix block. The weights come from `make bench-policies`.
-// Expected TTFT leads because it is the one signal that knows a GPU's speed:
-// on the prefill-heavy Azure code trace over a fleet mixing H100s and L4s it
-// keeps long prompts off the slow GPUs' queues, and with it the default's
-// p99 TTFT at 0.8 load is below the oracle's and an eighth of
-// least_request's. Queue depth and KV use break its ties and cut Mooncake's
-// p99 TTFT below least_request's, and prefix affinity on the second block
-// (the first is shared too widely to say much) roughly doubles
-// round_robin's prefix-cache hit ratio there without queueing behind hot
-// prefixes.
+// free KV cache at weight 1 each, and prefix affinity at weight 1.5 on the
+// prompt's 11th prefix hash (its first 2.8 KB, about 500 to 700 tokens).
+// The weights come from `make bench-policies`. Expected TTFT leads because
+// it is the one signal that knows a GPU's speed: on the prefill-heavy Azure
+// code trace over a fleet mixing H100s and L4s it keeps long prompts off the
+// slow GPUs' queues, and with it the default's p99 TTFT at 0.8 load is below
+// the oracle's and an eighth of least_request's. Queue depth and KV use
+// break its ties. Prefix affinity sends a prompt whose first 2.8 KB were
+// routed before to where they went: on the Mooncake trace that gives about
+// five times round_robin's prefix-cache hit ratio and a lower p99 TTFT than
+// least_request's; at weight 2 or keyed on the whole first 16 KB it starts
+// to queue behind hot prefixes.
 func DefaultScorers() []ScorerParams {
 	return []ScorerParams{
 		{Type: "ttft", Weight: 2},
 		{Type: "queue_depth", Weight: 1},
 		{Type: "kv_cache", Weight: 1},
-		{Type: "prefix", Weight: 1, Depth: 2},
+		{Type: "prefix", Weight: 1.5, Depth: 11},
 	}
 }
 
@@ -84,7 +91,7 @@ type Params struct {
 	// Filters drop endpoints before scoring. Default none.
 	Filters []FilterParams `yaml:"filters"`
 	// Scorers rate endpoints. Default DefaultScorers(): ttft at weight 2,
-	// queue_depth and kv_cache at weight 1, prefix at weight 1 and depth 2.
+	// queue_depth and kv_cache at weight 1, prefix at weight 1.5 and depth 11.
 	Scorers []ScorerParams `yaml:"scorers"`
 	// Picker is max or weighted_random. Default max.
 	Picker string `yaml:"picker"`
@@ -189,7 +196,7 @@ type Balancer struct {
 	tol       float64
 	sample    int
 	aff       *policies.Affinity
-	needsAff  bool
+	prefixes  *policies.PrefixTable
 	needsTTFT bool
 }
 
@@ -235,7 +242,9 @@ func New(params map[string]any) (policies.Picker, error) {
 		if s.Depth != 8 && k != prefix {
 			return nil, fmt.Errorf("params: scorers[%d].depth: only the prefix scorer takes a depth", i)
 		}
-		b.needsAff = b.needsAff || k == prefix || k == session
+		if k == prefix {
+			b.prefixes = policies.NewPrefixTable(prefixTableBits)
+		}
 		b.needsTTFT = b.needsTTFT || k == ttft
 		b.scorers = append(b.scorers, scorer{k, s.Weight, s.Depth})
 	}
@@ -264,6 +273,8 @@ type stats struct {
 	maxTTFT, meanPrefill float64
 	prompt               int64
 	prefixOwner, session *backends.Endpoint
+	prefixKey            uint64
+	hasPrefix            bool
 }
 
 // Pick returns the best-scoring endpoint by the configured picker.
@@ -302,7 +313,7 @@ func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.
 		}
 	}
 	if b.random {
-		return chosen, nil
+		return b.chose(chosen, &st), nil
 	}
 	// Choose uniformly among the candidates within tolerance of the best.
 	limit := bestScore - b.tol*b.weightSum()
@@ -320,7 +331,15 @@ func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.
 			}
 		}
 	}
-	return chosen, nil
+	return b.chose(chosen, &st), nil
+}
+
+// chose records where the request's prefix went and returns e.
+func (b *Balancer) chose(e *backends.Endpoint, st *stats) *backends.Endpoint {
+	if st.hasPrefix {
+		b.prefixes.Record(st.prefixKey, e)
+	}
+	return e
 }
 
 func (b *Balancer) weightSum() float64 {
@@ -385,14 +404,13 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 		}
 		st.maxTTFT = max(maxTimed, maxUntimed/st.meanPrefill)
 	}
-	if b.needsAff {
-		for _, sc := range b.scorers {
-			switch {
-			case sc.kind == prefix && len(r.PrefixHashes) > 0:
-				st.prefixOwner = eps[b.aff.Owner(eps, r.PrefixHashes[min(sc.depth, len(r.PrefixHashes))-1])]
-			case sc.kind == session && r.SessionKey != "":
-				st.session = eps[b.aff.Owner(eps, policies.HashString(r.SessionKey))]
-			}
+	for _, sc := range b.scorers {
+		switch {
+		case sc.kind == prefix && len(r.PrefixHashes) > 0:
+			st.prefixKey, st.hasPrefix = r.PrefixHashes[min(sc.depth, len(r.PrefixHashes))-1], true
+			st.prefixOwner = b.prefixes.Lookup(st.prefixKey)
+		case sc.kind == session && r.SessionKey != "":
+			st.session = eps[b.aff.Owner(eps, policies.HashString(r.SessionKey))]
 		}
 	}
 	return st

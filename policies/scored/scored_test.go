@@ -1,6 +1,7 @@
 package scored
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -94,6 +95,39 @@ func TestPrefixAndSessionScorers(t *testing.T) {
 	p = newBalancer(t, scorers(map[string]any{"type": "session"}))
 	c = policytest.Counts(t, p, &policies.Request{SessionKey: "bob"}, eps, 20)
 	assert.Contains(t, c, 20)
+}
+
+func TestPrefixScorerFollowsWhereAPrefixWent(t *testing.T) {
+	eps := policytest.Idle(t, 4)
+	p := newBalancer(t, scorers(map[string]any{"type": "prefix", "depth": 1}, map[string]any{"type": "queue_depth"}))
+	ctx := context.Background()
+
+	// New prefixes earn no affinity: with equal queues they spread at random
+	// instead of each going to a fixed owner.
+	c := make([]int, len(eps))
+	for i := range 400 {
+		e, err := p.Pick(ctx, &policies.Request{PrefixHashes: []uint64{uint64(1000 + i)}}, eps)
+		require.NoError(t, err)
+		c[policytest.Index(eps, e)]++
+	}
+	for i, n := range c {
+		assert.InDelta(t, 100, n, 40, "endpoint %d: %v", i, c)
+	}
+
+	// A prefix seen before goes where it went, unless load outweighs it:
+	// endpoint 0's queue is the longest, so the first request goes elsewhere
+	// and the second follows it there, not to a ring owner.
+	eps = policytest.Build(t, policytest.Spec{InFlight: 4}, policytest.Spec{}, policytest.Spec{}, policytest.Spec{})
+	r := &policies.Request{PrefixHashes: []uint64{77}}
+	first, err := p.Pick(ctx, r, eps)
+	require.NoError(t, err)
+	assert.NotSame(t, eps[0], first)
+	first.Begin(1) // it now has a queue of one, like two of the others' zero
+	for range 10 {
+		e, err := p.Pick(ctx, r, eps)
+		require.NoError(t, err)
+		assert.Same(t, first, e, "prefix credit (1) beats a queue one longer (0.25)")
+	}
 }
 
 func TestWeightedRandomPicker(t *testing.T) {
