@@ -9,10 +9,12 @@
 # `sluice-bench load --fleet ... --load LOAD --time-scale SPEEDUP` (latencies
 # reported in the workers' simulated time), stops everything, and finally
 # prints one table with the bench-policies columns, followed by
-# `sluice-bench simulate` of the same fleet, slice and load for comparison.
+# `sluice-bench simulate` of the same fleet, slice and load for comparison,
+# and how well the two rankings by p99 TTFT agree (Spearman's rank
+# correlation; policies the simulation cannot tell apart tie).
 #
 # Builds nothing: run `make build` first. Knobs (environment): H100S=2 L4S=4
-# SPEEDUP=3 LOAD=0.8 REQUESTS=600 POLICIES=<every registered policy>
+# SPEEDUP=3 LOAD=0.6 REQUESTS=1500 POLICIES=<every registered policy>
 # TRACE=<azure code trace> BASE_PORT=19500 (workers BASE_PORT.., Sluice
 # BASE_PORT-1) BIN=bin
 set -euo pipefail
@@ -21,8 +23,8 @@ BIN=${BIN:-bin}
 H100S=${H100S:-2}
 L4S=${L4S:-4}
 SPEEDUP=${SPEEDUP:-3}
-LOAD=${LOAD:-0.8}
-REQUESTS=${REQUESTS:-600}
+LOAD=${LOAD:-0.6}
+REQUESTS=${REQUESTS:-1500}
 TRACE=${TRACE:-../shared/workloads/azure_llm_2023_code.csv}
 BASE_PORT=${BASE_PORT:-19500}
 MODEL=bench-model
@@ -99,21 +101,52 @@ for p in "${list[@]}"; do
 	run_policy "$p"
 done
 
+# The same slice in simulation, for the ranking side by side.
+"$BIN/sluice-bench" simulate --table compact --fleet "$FLEET" --trace "$TRACE" --requests "$REQUESTS" \
+	--load "$LOAD" --policy "$POLICIES" --oracle --json "$tmp/sim.json" 2>/dev/null
+
 python3 - "$tmp" "$FLEET" "$REQUESTS" "$LOAD" "$SPEEDUP" "${list[@]}" <<'PY'
 import json, os, sys
 tmp, fleet, n, load, speedup, policies = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 print(f"\n== LIVE fleet {fleet} at --speedup {speedup} behind bin/sluice | azure code trace, first {n} requests (--requests) | --load {load} | latencies in simulated time | goodput: TTFT<=1s, TPOT<=100ms")
 cols = ("policy", "ok", "failed", "TTFT p50 ms", "TTFT p99 ms", "E2E p99 ms", "out tok/s", "goodput req/s")
 print("".join(f"{c:>16}" for c in cols))
-rows = []
+live = {}
 for p in policies:
     r = json.load(open(os.path.join(tmp, f"live-{p}.json")))
-    rows.append((p, r["ttft_ms"]["p99"]))
+    live[p] = r["ttft_ms"]["p99"]
     print(f"{p:>16}{r['completed']:>16}{r['failed']:>16}{r['ttft_ms']['p50']:>16.0f}{r['ttft_ms']['p99']:>16.0f}"
           f"{r['e2el_ms']['p99']:>16.0f}{r['output_throughput']:>16.1f}{r['goodput']:>16.2f}")
-print("live ranking by TTFT p99: " + " < ".join(p for p, _ in sorted(rows, key=lambda x: x[1])))
-PY
+sim = {r["policy"]: r["ttft_ms"]["p99"] for r in json.load(open(os.path.join(tmp, "sim.json")))["results"]}
 
-# The same slice in simulation, for the ranking side by side.
-"$BIN/sluice-bench" simulate --table compact --fleet "$FLEET" --trace "$TRACE" --requests "$REQUESTS" \
-	--load "$LOAD" --policy "$POLICIES" --oracle 2>/dev/null
+def ranks(v):
+    # average ranks, ties (equal values) sharing the mean of their positions
+    order = sorted(policies, key=lambda p: v[p])
+    out, i = {}, 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        for p in order[i:j + 1]:
+            out[p] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra.values()) / len(ra), sum(rb.values()) / len(rb)
+    cov = sum((ra[p] - ma) * (rb[p] - mb) for p in policies)
+    va = sum((ra[p] - ma) ** 2 for p in policies) ** 0.5
+    vb = sum((rb[p] - mb) ** 2 for p in policies) ** 0.5
+    return cov / (va * vb) if va and vb else float("nan")
+
+print("\np99 TTFT, live / simulated (ms):")
+for p in sorted(policies, key=lambda p: sim[p]):
+    print(f"{p:>16}{live[p]:>12.0f}{sim[p]:>12.0f}")
+if "oracle" in sim:
+    print(f"{'oracle':>16}{'':>12}{sim['oracle']:>12.0f}")
+print("live ranking:      " + " < ".join(sorted(policies, key=lambda p: live[p])))
+print("simulated ranking: " + " < ".join(sorted(policies, key=lambda p: sim[p])))
+if len(policies) > 1:
+    print(f"Spearman rank correlation, live vs simulated: {spearman(live, sim):.2f}")
+PY
