@@ -23,13 +23,17 @@
 //   - throughput: measured tokens/sec over the fastest candidate's; an
 //     unmeasured endpoint counts as the mean of the measured ones (1 when
 //     none is measured).
-//   - ttft: 1 - expected TTFT/longest expected TTFT among the candidates.
+//   - ttft: (shortest expected TTFT among the candidates + 1 s) /
+//     (this endpoint's expected TTFT + 1 s): 1 for the quickest, 1/2 for
+//     one whose wait is a second or more longer and about twice as long.
 //     The expected TTFT is the prompt tokens to prefill before the
 //     request's first token (policies.PrefillBacklog) over the endpoint's
 //     measured prefill rate (backends.Endpoint.PrefillTokensPerSec); an
 //     unmeasured endpoint counts as the mean rate of the measured ones
 //     (and when none is measured the backlog alone ranks them). A slow GPU
-//     thus gets long prompts only while its queue is short.
+//     thus gets long prompts only while its queue is short. Rating against
+//     the quickest, not the slowest, keeps one endpoint with a wildly long
+//     estimate from flattening everyone else's differences.
 //   - prefix: 1 for the endpoint this replica last sent the request's
 //     prefix hash at depth to (a policies.PrefixTable of the 65,536 most
 //     recent), else 0; 0 for all when the prefix is new or the request has
@@ -51,6 +55,7 @@ package scored
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
@@ -59,30 +64,36 @@ import (
 // Name is the policy's config name.
 const Name = "scored"
 
+// ttftScale, in seconds, is what the ttft scorer adds to every expected
+// TTFT before comparing them: differences much shorter than a second barely
+// move the score, and a wait of many seconds scores by its ratio to the
+// shortest one.
+const ttftScale = 1.0
+
 // prefixTableBits sizes the prefix scorer's table: 2^16 slots, 1 MiB, the
 // last endpoint of the 65,536 most recently routed prefixes at best.
 const prefixTableBits = 16
 
 // DefaultScorers is what scored weighs when the config names no scorers,
-// and so Sluice's default routing: expected TTFT at weight 2, queue depth and
-// free KV cache at weight 1 each, and prefix affinity at weight 1.5 on the
+// and so Sluice's default routing: expected TTFT at weight 2, queue depth,
+// free KV cache and prefix affinity at weight 1 each, the last on the
 // prompt's 11th prefix hash (its first 2.8 KB, about 500 to 700 tokens).
 // The weights come from `make bench-policies`. Expected TTFT leads because
 // it is the one signal that knows a GPU's speed: on the prefill-heavy Azure
 // code trace over a fleet mixing H100s and L4s it keeps long prompts off the
 // slow GPUs' queues, and with it the default's p99 TTFT at 0.8 load is below
-// the oracle's and an eighth of least_request's. Queue depth and KV use
-// break its ties. Prefix affinity sends a prompt whose first 2.8 KB were
-// routed before to where they went: on the Mooncake trace that gives about
-// five times round_robin's prefix-cache hit ratio and a lower p99 TTFT than
-// least_request's; at weight 2 or keyed on the whole first 16 KB it starts
-// to queue behind hot prefixes.
+// the oracle's and a seventh of least_request's, with one router replica
+// or four. Queue depth and KV use break its ties. Prefix affinity sends a
+// prompt whose first 2.8 KB were routed before to where they went: on the
+// Mooncake trace that gives over three times round_robin's prefix-cache hit
+// ratio with a lower p99 TTFT than least_request's; a heavier weight gains
+// hits but starts to queue behind hot prefixes.
 func DefaultScorers() []ScorerParams {
 	return []ScorerParams{
 		{Type: "ttft", Weight: 2},
 		{Type: "queue_depth", Weight: 1},
 		{Type: "kv_cache", Weight: 1},
-		{Type: "prefix", Weight: 1.5, Depth: 11},
+		{Type: "prefix", Weight: 1, Depth: 11},
 	}
 }
 
@@ -91,7 +102,7 @@ type Params struct {
 	// Filters drop endpoints before scoring. Default none.
 	Filters []FilterParams `yaml:"filters"`
 	// Scorers rate endpoints. Default DefaultScorers(): ttft at weight 2,
-	// queue_depth and kv_cache at weight 1, prefix at weight 1.5 and depth 11.
+	// queue_depth and kv_cache at weight 1, prefix at weight 1 and depth 11.
 	Scorers []ScorerParams `yaml:"scorers"`
 	// Picker is max or weighted_random. Default max.
 	Picker string `yaml:"picker"`
@@ -270,7 +281,7 @@ type stats struct {
 	filtered             bool
 	maxQueue, maxTokens  int64
 	maxSpeed, meanSpeed  float64
-	maxTTFT, meanPrefill float64
+	minTTFT, meanPrefill float64
 	prompt               int64
 	prefixOwner, session *backends.Endpoint
 	prefixKey            uint64
@@ -363,10 +374,10 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 		}
 	}
 	var known, sum, pknown, psum float64
-	// For ttft: the longest expected TTFT among measured candidates, and
-	// the largest backlog among unmeasured ones (timed at the mean rate
-	// once it is known), so one pass finds the longest.
-	var maxTimed, maxUntimed float64
+	// For ttft: the shortest expected TTFT among measured candidates, and
+	// the smallest backlog among unmeasured ones (timed at the mean rate
+	// once it is known), so one pass finds the shortest.
+	minTimed, minUntimed := math.Inf(1), math.Inf(1)
 	if b.needsTTFT {
 		st.prompt = int64(max(r.PromptTokens, 0))
 	}
@@ -388,9 +399,9 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 			if v := e.PrefillTokensPerSec(); v > 0 {
 				pknown++
 				psum += v
-				maxTimed = max(maxTimed, backlog/v)
+				minTimed = min(minTimed, backlog/v)
 			} else {
-				maxUntimed = max(maxUntimed, backlog)
+				minUntimed = min(minUntimed, backlog)
 			}
 		}
 	}
@@ -402,7 +413,7 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 		if pknown > 0 {
 			st.meanPrefill = psum / pknown
 		}
-		st.maxTTFT = max(maxTimed, maxUntimed/st.meanPrefill)
+		st.minTTFT = min(minTimed, minUntimed/st.meanPrefill)
 	}
 	for _, sc := range b.scorers {
 		switch {
@@ -479,10 +490,7 @@ func (b *Balancer) score(e *backends.Endpoint, st *stats) float64 {
 				x = min(sp/st.maxSpeed, 1)
 			}
 		case ttft:
-			x = 1
-			if st.maxTTFT > 0 {
-				x = 1 - expectedTTFT(e, st)/st.maxTTFT
-			}
+			x = (st.minTTFT + ttftScale) / (expectedTTFT(e, st) + ttftScale)
 		case prefix:
 			if e == st.prefixOwner {
 				x = 1

@@ -196,6 +196,22 @@ func TestTTFTScorer(t *testing.T) {
 	assert.Equal(t, 20, c[1])
 }
 
+func TestTTFTScorerIgnoresAnOutlier(t *testing.T) {
+	// Three endpoints prefilling 10,000 tokens/s: A waits 1 s with a long
+	// queue of requests, B 10 s with none, C 1,000 s (a stale, wildly low
+	// rate would look like this). Rated against the slowest, A and B would
+	// both score about 1 on ttft and B's empty queue would win; rated
+	// against the quickest, A's ten times shorter wait wins.
+	eps := policytest.Build(t, policytest.Spec{InFlight: 100}, policytest.Spec{}, policytest.Spec{InFlight: 50})
+	for i, pending := range []int64{10_000, 100_000, 10_000_000} {
+		eps[i].ObservePrefill(0, 1000, 100*time.Millisecond)
+		eps[i].BeginPrefill(pending)
+	}
+	p := newBalancer(t, scorers(map[string]any{"type": "ttft", "weight": 2}, map[string]any{"type": "queue_depth"}))
+	c := policytest.Counts(t, p, &policies.Request{PromptTokens: 1}, eps, 20)
+	assert.Equal(t, 20, c[0], "%v", c)
+}
+
 func TestTTFTScorerUnmeasured(t *testing.T) {
 	ttftOnly := scorers(map[string]any{"type": "ttft"})
 	req := &policies.Request{PromptTokens: 1000}
