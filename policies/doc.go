@@ -3,13 +3,16 @@
 // router has already filtered (available, not tripped, not full), so a policy
 // only chooses.
 //
-// Contracts: Pick reads only atomics and immutable snapshots and allocates
-// nothing; a Factory decodes its parameters strictly and names a bad one.
+// Contracts: Pick reads only atomics and immutable snapshots (and writes
+// only atomics of its own, such as a PrefixTable) and allocates nothing; a
+// Factory decodes its parameters strictly and names a bad one.
 // Implementations live in subpackages (policies/roundrobin, ...);
 // policies/all is the one list of built-ins, registered explicitly from main.
 // This package also holds what several policies share: seeded lock-free
-// randomness (Rand, Stream, Sample), the load estimate (QueueDepth,
-// TwoChoices), and caches of per-pool structures (Memo, Ring, Affinity).
+// randomness (Rand, Stream, Sample), the load estimates (QueueDepth,
+// TwoChoices, PrefillAhead, PrefillBacklog), the record of where prefixes
+// were sent (PrefixTable), and caches of per-pool structures (Memo, Ring,
+// Affinity).
 //
 // This package may import backends for the read-only endpoint view; it must
 // never import the router.
