@@ -24,8 +24,9 @@
 //     unmeasured endpoint counts as the mean of the measured ones (1 when
 //     none is measured).
 //   - ttft: (shortest expected TTFT among the candidates + 1 s) /
-//     (this endpoint's expected TTFT + 1 s): 1 for the quickest, 1/2 for
-//     one whose wait is a second or more longer and about twice as long.
+//     (this endpoint's expected TTFT + 1 s): 1 for the quickest candidate;
+//     about 1/2 for one expected to wait twice as long when the waits are
+//     many seconds; close to 1 for any wait well under a second.
 //     The expected TTFT is the prompt tokens to prefill before the
 //     request's first token (policies.PrefillBacklog) over the endpoint's
 //     measured prefill rate (backends.Endpoint.PrefillTokensPerSec); an
