@@ -138,3 +138,19 @@ func BenchmarkPick(b *testing.B, p policies.Picker, r *policies.Request) {
 		})
 	}
 }
+
+// Seeded builds a policy with factory from params (nil for none) plus the
+// given seed, so its random draws repeat from run to run, and fails t on a
+// construction error.
+func Seeded(t testing.TB, factory policies.Factory, params map[string]any, seed uint64) policies.Picker {
+	t.Helper()
+	if params == nil {
+		params = map[string]any{}
+	}
+	params["seed"] = seed
+	p, err := factory(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -12,14 +12,7 @@ import (
 )
 
 func newBalancer(t testing.TB, params map[string]any) policies.Picker {
-	t.Helper()
-	if params == nil {
-		params = map[string]any{}
-	}
-	params["seed"] = 3
-	p, err := New(params)
-	require.NoError(t, err)
-	return p
+	return policytest.Seeded(t, New, params, 3)
 }
 
 // prompt returns the chained block hashes of a prompt whose first shared

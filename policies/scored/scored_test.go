@@ -14,14 +14,7 @@ import (
 )
 
 func newBalancer(t testing.TB, params map[string]any) policies.Picker {
-	t.Helper()
-	if params == nil {
-		params = map[string]any{}
-	}
-	params["seed"] = 6
-	p, err := New(params)
-	require.NoError(t, err)
-	return p
+	return policytest.Seeded(t, New, params, 6)
 }
 
 func kv(waiting, running int, use float64) *backends.Load {

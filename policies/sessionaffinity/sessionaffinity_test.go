@@ -13,14 +13,7 @@ import (
 )
 
 func newBalancer(t testing.TB, params map[string]any) policies.Picker {
-	t.Helper()
-	if params == nil {
-		params = map[string]any{}
-	}
-	params["seed"] = 4
-	p, err := New(params)
-	require.NoError(t, err)
-	return p
+	return policytest.Seeded(t, New, params, 4)
 }
 
 func pick(t *testing.T, p policies.Picker, key string, eps []*backends.Endpoint) int {

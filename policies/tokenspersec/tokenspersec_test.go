@@ -11,14 +11,7 @@ import (
 )
 
 func newBalancer(t testing.TB, params map[string]any) policies.Picker {
-	t.Helper()
-	if params == nil {
-		params = map[string]any{}
-	}
-	params["seed"] = 5
-	p, err := New(params)
-	require.NoError(t, err)
-	return p
+	return policytest.Seeded(t, New, params, 5)
 }
 
 // req costs 44 + 256 = 300 tokens.
