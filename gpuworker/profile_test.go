@@ -1,6 +1,7 @@
 package gpuworker
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -76,4 +77,19 @@ func TestHostPerSeqCeiling(t *testing.T) {
 	assert.Greater(t, p.StepDuration(w), base.StepDuration(w))
 	// The ceiling is the source's plateau rate.
 	assert.InEpsilon(t, float64(vllm021SaturationTokS), 64/p.StepDuration(w).Seconds(), 0.01)
+}
+
+func TestA100PrefillEfficiency(t *testing.T) {
+	for _, p := range Profiles() {
+		if strings.Contains(p.GPU, "A100") {
+			assert.Equal(t, a100MFU, p.MFU, p.Name)
+		}
+	}
+	p, err := LookupProfile("a100-80gb-llama3-8b")
+	require.NoError(t, err)
+	// A compute-bound prefill step runs at MFU x peak.
+	var w StepWork
+	w.add(8192, 0)
+	flops := 2*p.Params*8192 + 2*float64(p.Layers)*float64(p.Hidden)*w.AttnWork
+	assert.InEpsilon(t, flops/(a100MFU*p.FLOPS), (p.StepDuration(w) - p.StepOverhead).Seconds(), 1e-6)
 }

@@ -120,6 +120,61 @@ func closedLoop(p gpuworker.Profile, c, prompt, output, total int, seed uint64) 
 	}, nil
 }
 
+// staticBatch runs one engine in virtual time on a single batch: b
+// requests (prompt and output tokens fixed) submitted together at time
+// zero, as an offline LLM.generate call does, and run to completion. The
+// batch latency is the time the last request finishes.
+func staticBatch(p gpuworker.Profile, b, prompt, output int) (closedLoopStats, error) {
+	e, err := gpuworker.NewEngine(p)
+	if err != nil {
+		return nil, err
+	}
+	for i := range b {
+		if err := e.Submit(gpuworker.Request{ID: uint64(i), PromptTokens: prompt, OutputTokens: output}); err != nil {
+			return nil, err
+		}
+	}
+	var (
+		now      time.Time
+		events   []gpuworker.Event
+		ttfts    []float64
+		tpots    []float64
+		first    = make([]time.Time, b)
+		finished int
+		last     time.Time
+	)
+	for {
+		events = e.Step(now, events[:0])
+		for _, ev := range events {
+			switch ev.Kind {
+			case gpuworker.EventFirstToken:
+				first[ev.ID] = ev.Time
+				ttfts = append(ttfts, ms(ev.Time.Sub(time.Time{})))
+			case gpuworker.EventFinished:
+				finished++
+				last = ev.Time
+				if output > 1 {
+					tpots = append(tpots, ms(ev.Time.Sub(first[ev.ID]))/float64(output-1))
+				}
+			}
+		}
+		next, ok := e.Next()
+		if !ok {
+			break
+		}
+		now = next
+	}
+	if finished != b {
+		return nil, fmt.Errorf("static batch: %d of %d requests finished", finished, b)
+	}
+	return closedLoopStats{
+		metricBatchE2E:  ms(last.Sub(time.Time{})),
+		metricTTFT:      mean(ttfts),
+		metricITL:       mean(tpots),
+		metricOutputTok: float64(b*output) / last.Sub(time.Time{}).Seconds(),
+	}, nil
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func mean(xs []float64) float64 {
