@@ -53,7 +53,7 @@ bench-policies-live: build
 validate: build
 	$(BIN)/sluice-bench validate
 
-## fidelity: live gpuworkers behind Sluice vs the simulator, same fleet, trace and policy
+## fidelity: live gpuworkers behind Sluice vs the simulator that shares their engine (checks the driver, HTTP path, router signals and policy, not the GPU model); 2×L4 and 2×H100 with least_request, 2×H100 + 2×L4 with the default policy (~12 minutes)
 fidelity: build
 	./deploy/fidelity.sh
 

@@ -12,6 +12,13 @@ import (
 // the wall clock, so load --time-scale X sends the trace X times faster and
 // reports every duration X times longer: the report is in the workers'
 // simulated time, directly comparable with the simulator's virtual time.
+//
+// The router between them is not sped up: its scrape interval and anything
+// a policy measures against a fixed duration (scored's ttft scorer adds 1 s
+// to expected TTFTs) last X times longer in simulated time, and each
+// millisecond of wall-clock scheduling delay costs X. The workers share the
+// simulator's engine, so a fidelity run checks the driver, the HTTP path,
+// the router's signals and the policy, never the GPU model (validate does).
 
 // compressArrivals sends reqs scale times faster; 1 returns reqs unchanged.
 func compressArrivals(reqs []workload.Request, scale float64) []workload.Request {
