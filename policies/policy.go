@@ -29,6 +29,10 @@ type Request struct {
 	// prefix-aware policy can send the request where that prefix is likely
 	// cached. Nil when the router did not compute them.
 	PrefixHashes []uint64
+	// PrefixChunkTokens is about how many prompt tokens each of
+	// PrefixHashes covers, so that a policy can tell how much prefill a
+	// cached prefix saves. Zero when unknown.
+	PrefixChunkTokens int
 }
 
 // DefaultExpectedOutput is the output length assumed for a request that

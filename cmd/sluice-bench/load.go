@@ -59,14 +59,20 @@ func newLoadFlagSet(f *loadFlags, stderr io.Writer) *flag.FlagSet {
 Sends POST {target}/v1/completions requests open-loop (each at its arrival
 time, whether or not earlier ones finished), with a prompt of token ids,
 max_tokens and ignore_eos, and prints vLLM benchmark_serving metrics.
-Without --trace the workload is synthetic: Poisson arrivals at --rate and
-log-normal prompt and output lengths. Interrupt (Ctrl-C) stops the run and
+Without --trace the workload is synthetic, at a mean of --rate requests/s,
+of the --workload kind: poisson (the default: log-normal prompt and output
+lengths, nothing shared), shared-prefix, multi-turn or long-doc. Prompts
+that share prefix blocks share their leading token ids, so the engines'
+prefix caches see the reuse; multi-turn requests send their conversation
+as the OpenAI "user" field (conv-<id>). Interrupt (Ctrl-C) stops the run and
 reports what completed.
 
 With --fleet and --load the arrival rate comes from the fleet instead of
 --rate: the fleet's capacity for the workload's mean prompt and output is
-estimated as "simulate" does, and arrivals are scaled so the offered load
-is L times that capacity, in simulated time when --time-scale is set.
+estimated as "simulate" does, and the synthetic workload is generated (a
+trace rescaled) so the offered load is L times that capacity, in simulated
+time when --time-scale is set. Think times of a multi-turn workload do not
+change with the rate.
 
 Flags:
 `)
@@ -213,6 +219,9 @@ func (f *loadFlags) validate() error {
 	if !(f.timeScale > 0) || math.IsInf(f.timeScale, 0) {
 		errs = append(errs, errors.New("--time-scale must be a positive number"))
 	}
+	if err := f.shapeFlags.validate(f.trace == ""); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -227,30 +236,26 @@ func (f *loadFlags) workload(stderr io.Writer) ([]workload.Request, error) {
 		if d == 0 {
 			d = defaultDuration
 		}
-		opts := workload.SyntheticOptions{
-			Rate:     f.rate,
-			Duration: d,
-			Count:    f.requests,
-			Prompt:   f.promptDist(),
-			Output:   f.outputDist(),
-			Seed:     f.seed,
-		}
+		rate := f.rate
 		if f.load > 0 {
-			// The capacity depends only on the mean lengths: estimate it
-			// on a sample at a provisional rate, then generate the real
+			// Estimate the capacity on a sample generated near the rate
+			// of interest (shapeFlags.capacity), then generate the real
 			// arrivals at load times capacity.
-			sample := opts
-			sample.Rate, sample.Duration, sample.Count = 1, 0, capacitySample
-			pilot, err := workload.Synthetic(sample)
+			capacity, err := f.capacity(f.spec, capacitySample, f.seed, f.maxContext)
 			if err != nil {
 				return nil, err
 			}
-			if opts.Rate, err = f.offeredRate(pilot, stderr); err != nil {
+			if rate, err = f.loadRateFor(capacity, stderr); err != nil {
 				return nil, err
 			}
 		}
-		if reqs, err = workload.Synthetic(opts); err != nil {
+		if reqs, err = f.generate(rate, d, f.requests, f.seed); err != nil {
 			return nil, err
+		}
+		var dropped int
+		reqs, dropped = workload.DropLonger(reqs, f.maxContext)
+		if dropped > 0 {
+			fmt.Fprintf(stderr, "sluice-bench load: dropped %d requests longer than %d tokens\n", dropped, f.maxContext)
 		}
 	} else {
 		if reqs, err = readTrace(f.trace, f.traceFormat); err != nil {
@@ -281,12 +286,12 @@ func (f *loadFlags) workload(stderr io.Writer) ([]workload.Request, error) {
 		return nil, errors.New("the workload has no requests")
 	}
 	s := workload.Summarize(reqs)
-	fmt.Fprintf(stderr, "sluice-bench load: %d requests over %.1fs (%.2f req/s), mean prompt %.1f, mean output %.1f tokens\n",
-		s.Requests, s.Duration.Seconds(), s.RatePerSec, s.PromptMean, s.OutputMean)
+	fmt.Fprintf(stderr, "sluice-bench load: %d requests over %.1fs (%.2f req/s), mean prompt %.1f, mean output %.1f tokens%s\n",
+		s.Requests, s.Duration.Seconds(), s.RatePerSec, s.PromptMean, s.OutputMean, workloadNotes(reqs))
 	return reqs, nil
 }
 
-// capacitySample is the number of synthetic requests whose mean lengths
+// capacitySample is the number of synthetic requests whose lengths
 // estimate the fleet's capacity for --load.
 const capacitySample = 10_000
 
@@ -295,7 +300,11 @@ const capacitySample = 10_000
 // simulated time (with --time-scale, arrivals are then compressed by the
 // scale in wall-clock time, like the workers' --speedup).
 func (f *loadFlags) offeredRate(reqs []workload.Request, stderr io.Writer) (float64, error) {
-	capacity := fleet.EstimateCapacity(f.spec, reqs)
+	return f.loadRateFor(fleet.EstimateCapacity(f.spec, reqs), stderr)
+}
+
+// loadRateFor prints the capacity and returns --load times it.
+func (f *loadFlags) loadRateFor(capacity float64, stderr io.Writer) (float64, error) {
 	rate, err := loadRate(capacity, f.load)
 	if err != nil {
 		return 0, err

@@ -122,11 +122,11 @@ func writeCompact(w io.Writer, header string, rows []simResult) error {
 		return fmt.Errorf("write compact table: %w", err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tok\tfailed\tTTFT p50 ms\tTTFT p99 ms\tE2E p99 ms\tout tok/s\tgoodput req/s\tprefix hit\tutil spread\t")
+	fmt.Fprintln(tw, "policy\tok\tfailed\tTTFT p50 ms\tTTFT p99 ms\tTPOT p99 ms\tgoodput req/s\tE2E p99 ms\tprefix hit\tutil\tutil spread\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.1f\t%.2f\t%.4f\t%.3f\t\n",
-			r.Policy, r.Completed, r.Failed, r.TTFT.P50, r.TTFT.P99, r.E2EL.P99,
-			r.OutputThroughput, r.Goodput, r.PrefixHitRatio, r.UtilSpread)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.1f\t%.2f\t%.0f\t%.4f\t%.3f\t%.3f\t\n",
+			r.Policy, r.Completed, r.Failed, r.TTFT.P50, r.TTFT.P99, r.TPOT.P99, r.Goodput, r.E2EL.P99,
+			r.PrefixHitRatio, r.Utilization, r.UtilSpread)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write compact table: %w", err)

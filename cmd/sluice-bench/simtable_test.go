@@ -22,7 +22,7 @@ func TestSimulateCompactAllPolicies(t *testing.T) {
 	require.Len(t, lines, 2+len(reg.Names())+1, stdout)
 	assert.Contains(t, lines[0], "routers 2 | scrape 50ms")
 	assert.Contains(t, lines[0], "(first 200, --requests)")
-	for _, col := range []string{"TTFT p50 ms", "TTFT p99 ms", "E2E p99 ms", "out tok/s", "goodput req/s", "prefix hit"} {
+	for _, col := range []string{"TTFT p50 ms", "TTFT p99 ms", "TPOT p99 ms", "goodput req/s", "E2E p99 ms", "prefix hit", "util"} {
 		assert.Contains(t, lines[1], col)
 	}
 	for i, name := range reg.Names() {

@@ -43,6 +43,7 @@ type simFlags struct {
 	perWorker          bool
 	scrapeInterval     time.Duration
 	table              string
+	saturation         bool
 }
 
 func newSimFlagSet(f *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -56,8 +57,8 @@ policy code, and prints the same report as "load" per policy, plus goodput,
 per-group utilization and the prefix-cache hit ratio. The fleet spec is
 comma-separated COUNTxPROFILE groups, e.g. 4xh100-llama3-8b,8xl4-llama3-8b
 (profiles: gpuworker --list-profiles). A trace keeps its own timing unless
---load rescales it; --synthetic generates Poisson arrivals at --load times
-the estimated capacity (default 0.8).
+--load rescales it; --synthetic generates the --workload kind (default
+poisson) at --load times the estimated capacity (default 0.8).
 
 Flags:
 `)
@@ -66,10 +67,10 @@ Flags:
 	fs.StringVar(&f.fleet, "fleet", "", "fleet `spec`, e.g. 4xh100-llama3-8b,8xl4-llama3-8b (required)")
 	fs.StringVar(&f.trace, "trace", "", "replay this trace `file` (Azure CSV or Mooncake JSONL)")
 	fs.StringVar(&f.traceFormat, "trace-format", "", "trace format: azure or mooncake; default from the file extension")
-	fs.BoolVar(&f.synthetic, "synthetic", false, "generate a synthetic Poisson workload instead of a trace")
+	fs.BoolVar(&f.synthetic, "synthetic", false, "generate a synthetic workload of the --workload kind instead of a trace")
 	fs.StringVar(&f.policies, "policy", defaultPolicyAlias, "comma-separated routing `policies` to compare; \"default\" is Sluice's default ("+configs.DefaultPolicy+"), \"all\" every registered policy; NAME:{k: v, ...} passes params (YAML flow map)")
 	fs.BoolVar(&f.oracle, "oracle", false, "add a row for the ideal central scheduler with perfect knowledge of every engine")
-	fs.Float64Var(&f.load, "load", 0, "scale arrivals so the offered load is this multiple of the estimated capacity (0 keeps a trace's timing; synthetic default 0.8)")
+	fs.Float64Var(&f.load, "load", 0, "offered load as a multiple of the estimated capacity: rescales a trace's arrivals (0 keeps its timing) or sets the synthetic rate (default 0.8)")
 	fs.IntVar(&f.requests, "requests", 0, "simulate at most this many requests (synthetic default 10000; 0 = the whole trace)")
 	fs.IntVar(&f.routers, "routers", 1, "split arrivals round-robin across this many independent router replicas, each with its own in-flight view")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and of randomized policies (each router replica gets its own)")
@@ -78,6 +79,7 @@ Flags:
 	fs.BoolVar(&f.perWorker, "per-worker", false, "print one line per worker instead of per fleet group")
 	fs.DurationVar(&f.scrapeInterval, "scrape-interval", fleet.DefaultScrapeInterval, "how often each router replica stores every worker's scraped load, in virtual time (0 = never scrape)")
 	fs.StringVar(&f.table, "table", tableFull, "output: full (a report per policy, then a comparison) or compact (one comparison table with a scenario header)")
+	fs.BoolVar(&f.saturation, "saturation", false, "instead of comparing policies, measure the fleet's saturation throughput for the workload (the reference scheduler, Poisson arrivals, bisection) and print it beside the capacity estimate")
 	f.shapeFlags.register(fs)
 	return fs
 }
@@ -108,6 +110,9 @@ func (f *simFlags) validate() error {
 	}
 	if f.trace == "" && f.traceFormat != "" {
 		errs = append(errs, errors.New("--trace-format needs --trace"))
+	}
+	if err := f.shapeFlags.validate(f.synthetic); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -154,18 +159,44 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return exitError
 	}
 
+	if f.saturation {
+		at := func(rate float64) ([]workload.Request, error) { return poissonRetime(reqs, rate, f.seed), nil }
+		if f.synthetic {
+			at = func(rate float64) ([]workload.Request, error) {
+				n := max(len(reqs), satMinRequests, int(math.Ceil(rate*satMinDuration.Seconds())))
+				gen, err := f.generate(rate, 0, n, f.seed)
+				if err != nil {
+					return nil, err
+				}
+				gen, _ = workload.DropLonger(gen, f.maxContext)
+				return gen, nil
+			}
+		}
+		sat, err := measureSaturation(spec, capacity, at)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: saturation: %v\n", err)
+			return exitError
+		}
+		if err := sat.write(stdout); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+			return exitError
+		}
+		return exitOK
+	}
+
 	out := simOutput{Fleet: spec.String(), Workers: spec.Workers(), Routers: f.routers, CapacityEstimate: capacity, Requests: len(reqs)}
 	scrape := f.scrapeInterval
 	if scrape == 0 {
 		scrape = -1 // fleet.Options: negative turns scraping off
 	}
 	samples := make([]report.Sample, len(reqs))
+	weights := fleet.CapacityWeights(spec, reqs)
 	for _, pr := range rows {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "sluice-bench simulate: interrupted")
 			return exitInterrupted
 		}
-		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape}
+		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights}
 		if !opts.Oracle {
 			for replica := range f.routers {
 				p, err := newSeededPicker(reg, pr.name, pr.params, f.seed, replica)
@@ -214,58 +245,65 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 }
 
 // workload builds the requests, estimates the fleet's capacity for them and
-// applies --load.
+// applies --load. A synthetic workload is generated to estimate the
+// capacity (shapeFlags.capacity), then at --load times that capacity. The generators take the rate, so the lengths stay
+// the same and a multi-turn workload keeps its think times, which
+// rescaling the arrivals would compress.
 func (f *simFlags) workload(spec fleet.Spec, stderr io.Writer) ([]workload.Request, float64, error) {
 	var (
-		reqs []workload.Request
-		err  error
+		reqs     []workload.Request
+		capacity float64
+		err      error
+		dropped  int
 	)
-	load := f.load
 	if f.synthetic {
 		n := f.requests
 		if n == 0 {
 			n = defaultSimRequests
 		}
+		load := f.load
 		if load == 0 {
 			load = defaultSimLoad
 		}
-		reqs, err = workload.Synthetic(workload.SyntheticOptions{
-			Rate:   1, // rescaled to the load below
-			Count:  n,
-			Prompt: f.promptDist(),
-			Output: f.outputDist(),
-			Seed:   f.seed,
-		})
-		if err != nil {
+		if capacity, err = f.capacity(spec, n, f.seed, f.maxContext); err != nil {
 			return nil, 0, err
 		}
+		fmt.Fprintf(stderr, "sluice-bench simulate: fleet %s: estimated capacity %.2f req/s for this workload\n", spec, capacity)
+		if math.IsInf(capacity, 0) || capacity <= 0 {
+			return nil, 0, fmt.Errorf("--load needs a finite capacity estimate, got %v", capacity)
+		}
+		if reqs, err = f.generate(load*capacity, 0, n, f.seed); err != nil {
+			return nil, 0, err
+		}
+		reqs, dropped = workload.DropLonger(reqs, f.maxContext)
 	} else {
 		if reqs, err = readTrace(f.trace, f.traceFormat); err != nil {
 			return nil, 0, err
 		}
-		var dropped int
 		reqs, dropped = workload.DropLonger(reqs, f.maxContext)
-		if dropped > 0 {
-			fmt.Fprintf(stderr, "sluice-bench simulate: dropped %d requests longer than %d tokens\n", dropped, f.maxContext)
-		}
 		reqs = workload.Limit(reqs, f.requests)
+	}
+	if dropped > 0 {
+		fmt.Fprintf(stderr, "sluice-bench simulate: dropped %d requests longer than %d tokens\n", dropped, f.maxContext)
 	}
 	if len(reqs) == 0 {
 		return nil, 0, errors.New("the workload has no requests")
 	}
-	capacity := fleet.EstimateCapacity(spec, reqs)
-	fmt.Fprintf(stderr, "sluice-bench simulate: fleet %s: estimated capacity %.2f req/s for this workload\n", spec, capacity)
-	if load > 0 {
-		if math.IsInf(capacity, 0) || capacity <= 0 {
-			return nil, 0, fmt.Errorf("--load needs a finite capacity estimate, got %v", capacity)
-		}
-		if rate := workload.Summarize(reqs).RatePerSec; rate > 0 {
-			reqs = workload.Scale(reqs, load*capacity/rate)
+	if !f.synthetic {
+		capacity = fleet.EstimateCapacity(spec, reqs)
+		fmt.Fprintf(stderr, "sluice-bench simulate: fleet %s: estimated capacity %.2f req/s for this workload\n", spec, capacity)
+		if f.load > 0 {
+			if math.IsInf(capacity, 0) || capacity <= 0 {
+				return nil, 0, fmt.Errorf("--load needs a finite capacity estimate, got %v", capacity)
+			}
+			if rate := workload.Summarize(reqs).RatePerSec; rate > 0 {
+				reqs = workload.Scale(reqs, f.load*capacity/rate)
+			}
 		}
 	}
 	s := workload.Summarize(reqs)
-	fmt.Fprintf(stderr, "sluice-bench simulate: %d requests over %.1fs (%.2f req/s, %.2fx capacity), mean prompt %.1f, mean output %.1f tokens\n",
-		s.Requests, s.Duration.Seconds(), s.RatePerSec, s.RatePerSec/capacity, s.PromptMean, s.OutputMean)
+	fmt.Fprintf(stderr, "sluice-bench simulate: %d requests over %.1fs (%.2f req/s, %.2fx capacity), mean prompt %.1f, mean output %.1f tokens%s\n",
+		s.Requests, s.Duration.Seconds(), s.RatePerSec, s.RatePerSec/capacity, s.PromptMean, s.OutputMean, workloadNotes(reqs))
 	return reqs, capacity, nil
 }
 

@@ -16,6 +16,10 @@ type Outcome struct {
 	PromptTokens, OutputTokens int
 	// TTFT is the time to the first token and E2E the time to the last.
 	TTFT, E2E time.Duration
+	// Held is the time from arrival until the request was handed to its
+	// worker: zero for routing policies, which bind on arrival; the time
+	// in the reference scheduler's queue for the oracle.
+	Held time.Duration
 }
 
 // WorkerStats is one worker's share of a run.

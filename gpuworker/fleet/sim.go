@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluice-llm/sluice/backends"
@@ -35,6 +36,12 @@ type Options struct {
 	Oracle bool
 	// Model fills policies.Request.Model; default "sim".
 	Model string
+	// Weights holds each worker's relative weight (Endpoint.Weight), in
+	// worker order, as an operator would write them in the config; the
+	// weighted policy and the hash rings of the affinity policies read it.
+	// Nil means 1 for every worker; CapacityWeights gives weights in
+	// proportion to each worker's capacity.
+	Weights []int
 	// ScrapeInterval is how often, in virtual time, each router replica
 	// stores every worker's engine load (waiting, running, KV use) into its
 	// endpoint, as the live scraper does. Replicas scrape at staggered
@@ -106,6 +113,9 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 	if n == 0 {
 		return nil, errors.New("fleet: the fleet has no workers")
 	}
+	if opts.Weights != nil && len(opts.Weights) != n {
+		return nil, fmt.Errorf("fleet: Options.Weights has %d weights for %d workers", len(opts.Weights), n)
+	}
 	if !opts.Oracle && len(opts.Pickers) == 0 {
 		return nil, errors.New("fleet: Options.Pickers is empty and Oracle is not set")
 	}
@@ -126,7 +136,7 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 		lastTok:   make([]int64, len(reqs)),
 		ahead:     make([]int64, len(reqs)),
 		itl:       new(Histogram),
-		preq:      policies.Request{Model: opts.Model, Stream: true},
+		preq:      policies.Request{Model: opts.Model, Stream: true, PrefixChunkTokens: ChunkTokens},
 	}
 	for _, p := range s.profiles {
 		e, err := gpuworker.NewEngine(p)
@@ -151,7 +161,11 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 	for range opts.Pickers {
 		row := make([]*backends.Endpoint, n)
 		for w := range row {
-			ep, err := backends.NewEndpoint(fmt.Sprintf("http://worker-%d.sim", w), 1)
+			weight := 1
+			if opts.Weights != nil {
+				weight = opts.Weights[w]
+			}
+			ep, err := backends.NewEndpoint(fmt.Sprintf("http://worker-%d.sim", w), weight)
 			if err != nil {
 				return nil, fmt.Errorf("fleet: %w", err)
 			}
@@ -208,6 +222,10 @@ func (s *sim) arrive(id int) error {
 	if len(s.prefix) == 0 {
 		s.preq.PrefixHashes = nil
 	}
+	s.preq.SessionKey = ""
+	if r.Session != 0 {
+		s.preq.SessionKey = strconv.FormatUint(r.Session, 10) // allocates; the live router has a string already
+	}
 	replica := id % len(s.opts.Pickers)
 	ep, err := s.opts.Pickers[replica].Pick(s.ctx, &s.preq, s.eps[replica])
 	if err != nil {
@@ -227,6 +245,15 @@ func (s *sim) arrive(id int) error {
 // submit hands request id to worker w at now, and starts the engine if it
 // was idle.
 func (s *sim) submit(id, w int, now int64) error {
+	if !s.place(id, w) || s.heap.pos[w] >= 0 {
+		return nil
+	}
+	return s.step(w, now)
+}
+
+// place hands request id to worker w's engine and reports whether the
+// engine took it; a refusal is recorded as the request's outcome.
+func (s *sim) place(id, w int) bool {
 	r := &s.reqs[id]
 	s.out[id].Worker = w
 	s.dispatch[w]++
@@ -242,12 +269,9 @@ func (s *sim) submit(id, w int, now int64) error {
 			s.out[id].Err = err.Error()
 		}
 		s.release(id, w)
-		return nil
+		return false
 	}
-	if s.heap.pos[w] < 0 {
-		return s.step(w, now)
-	}
-	return nil
+	return true
 }
 
 // release ends request id's attempt on worker w in its router replica.
@@ -291,7 +315,24 @@ func (s *sim) observe(id, w int) {
 }
 
 // step advances worker w to now, records its events and reschedules it.
+// With the oracle, the step that ended is completed first and the oracle
+// binds queued requests before the engine plans its next step.
 func (s *sim) step(w int, now int64) error {
+	if s.oracle != nil {
+		s.events = s.engines[w].Finish(epoch.Add(time.Duration(now)), s.events[:0])
+		for i := range s.events {
+			s.record(w, &s.events[i])
+		}
+		if err := s.oracle.plan(now, w); err != nil {
+			return err
+		}
+	}
+	return s.advance(w, now)
+}
+
+// advance runs worker w's engine up to now, records its events and puts it
+// in (or takes it out of) the step heap.
+func (s *sim) advance(w int, now int64) error {
 	wasBusy := s.heap.pos[w] >= 0
 	s.changed(w)
 	s.events = s.engines[w].Step(epoch.Add(time.Duration(now)), s.events[:0])
@@ -313,9 +354,6 @@ func (s *sim) step(w int, now int64) error {
 		s.busyTotal[w] += now - s.busySince[w]
 		s.heap.remove(w)
 	}
-	if s.oracle != nil {
-		return s.oracle.stepped(w, now)
-	}
 	return nil
 }
 
@@ -329,9 +367,6 @@ func (s *sim) record(w int, ev *gpuworker.Event) {
 		o.TTFT = time.Duration(t - s.arrival[id])
 		s.lastTok[id] = t
 		s.prefilled(id, w)
-		if s.oracle != nil {
-			s.oracle.started(w, id)
-		}
 	case gpuworker.EventToken:
 		s.itl.Add(time.Duration(t - s.lastTok[id]))
 		s.lastTok[id] = t

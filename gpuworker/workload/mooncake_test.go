@@ -80,6 +80,7 @@ func TestReadMooncakeRealTrace(t *testing.T) {
 	}
 	assert.Len(t, seen, 43_924)
 	assert.Equal(t, 77_953, repeats)
+	assert.InDelta(t, 0.6512, IdealPrefixReuse(reqs), 0.0001, "an infinite cache serves about two thirds of the prompt tokens")
 
 	_, dropped := DropLonger(reqs, 131_072)
 	assert.Equal(t, 10, dropped)

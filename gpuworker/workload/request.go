@@ -22,6 +22,11 @@ type Request struct {
 	// mean equal blocks. Nil means the prompt shares nothing. Treat it as
 	// read-only: helpers share it between copies of a request.
 	HashIDs []int
+	// Session names the conversation the request belongs to, so a
+	// session-affinity policy can keep a conversation on one worker; 0 means
+	// none. Only MultiTurn sets it; sluice-bench load sends it as the OpenAI
+	// "user" field.
+	Session uint64
 }
 
 // Scale returns a copy of reqs with every arrival divided by factor, so a

@@ -49,6 +49,9 @@ type completionRequest struct {
 	IgnoreEOS     bool           `json:"ignore_eos"`
 	Stream        bool           `json:"stream,omitempty"`
 	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+	// User names the request's conversation, so a router can keep a
+	// conversation on one worker; empty for requests without one.
+	User string `json:"user,omitempty"`
 }
 
 type streamOptions struct {
@@ -89,11 +92,11 @@ type sender struct {
 	stream bool
 }
 
-// send posts one completion with prompt and maxTokens, and returns its sample.
-// A cancelled ctx gives a Cancelled sample.
-func (s *sender) send(ctx context.Context, prompt []int, maxTokens int) report.Sample {
+// send posts one completion with prompt, maxTokens and user (omitted when
+// empty), and returns its sample. A cancelled ctx gives a Cancelled sample.
+func (s *sender) send(ctx context.Context, prompt []int, maxTokens int, user string) report.Sample {
 	sample := report.Sample{PromptTokens: len(prompt)}
-	body := completionRequest{Model: s.model, Prompt: prompt, MaxTokens: maxTokens, IgnoreEOS: true}
+	body := completionRequest{Model: s.model, Prompt: prompt, MaxTokens: maxTokens, IgnoreEOS: true, User: user}
 	if s.stream {
 		body.Stream = true
 		body.StreamOptions = &streamOptions{IncludeUsage: true}

@@ -1,7 +1,8 @@
 // Package loadgen sends a workload to one OpenAI-compatible target in real
 // time and measures every request: open-loop arrivals at each Request's
 // Arrival offset (optionally capped at a number of requests in flight),
-// POST /v1/completions with a token-id prompt, max_tokens and ignore_eos,
+// POST /v1/completions with a token-id prompt, max_tokens, ignore_eos and,
+// for a request of a conversation, the OpenAI "user" field (SessionUser),
 // and, when streaming, a timestamp on every SSE chunk for TTFT and
 // inter-token latency.
 //

@@ -34,6 +34,7 @@ type fakeBody struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	User *string `json:"user"` // nil when the field is absent
 }
 
 func newFakeServer(t *testing.T, handle func(http.ResponseWriter, *http.Request, fakeBody) bool) (*fakeServer, *httptest.Server) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,17 @@ func New(opts Options) (*Runner, error) {
 	r := &Runner{opts: opts, ownClient: ownClient}
 	r.send = sender{client: opts.Client, url: u, model: opts.Model, stream: opts.Stream}
 	return r, nil
+}
+
+// SessionUser is the OpenAI "user" field Run sends for a request of
+// conversation session: "conv-<id>", or empty (the field is omitted) for
+// session 0, a request outside any conversation. A router that keys
+// affinity on "user" then keeps each conversation on one worker.
+func SessionUser(session uint64) string {
+	if session == 0 {
+		return ""
+	}
+	return "conv-" + strconv.FormatUint(session, 10)
 }
 
 // completionsURL checks target and returns its /v1/completions URL.
@@ -202,7 +214,7 @@ func (r *Runner) one(ctx context.Context, i int, req workload.Request) report.Sa
 		defer cancel()
 	}
 	prompt := r.opts.Prompter.Tokens(nil, i, req)
-	s := r.send.send(ctx, prompt, req.OutputTokens)
+	s := r.send.send(ctx, prompt, req.OutputTokens, SessionUser(req.Session))
 	if s.Cancelled && ctx.Err() == context.DeadlineExceeded {
 		// The per-request timeout fired, not the run's end: that is a failure.
 		s.Cancelled = false

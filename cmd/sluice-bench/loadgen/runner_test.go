@@ -92,6 +92,31 @@ func TestRunNonStreaming(t *testing.T) {
 	}
 }
 
+// TestRunSendsSessionAsUser checks that a request of a conversation names
+// it in the OpenAI "user" field, and that other requests leave it out.
+func TestRunSendsSessionAsUser(t *testing.T) {
+	fake, srv := newFakeServer(t, nil)
+	reqs := []workload.Request{
+		{PromptTokens: 3, OutputTokens: 1},
+		{PromptTokens: 3, OutputTokens: 2, Session: 7},
+		{PromptTokens: 3, OutputTokens: 3, Session: 18446744073709551615},
+	}
+	r, err := New(Options{Target: srv.URL, Model: "m"})
+	require.NoError(t, err)
+	res := r.Run(context.Background(), reqs)
+	require.Equal(t, 3, res.Report().Completed)
+	users := map[int]*string{}
+	for _, b := range fake.received() {
+		users[b.MaxTokens] = b.User
+	}
+	assert.Nil(t, users[1], "no session, no user field")
+	require.NotNil(t, users[2])
+	assert.Equal(t, "conv-7", *users[2])
+	require.NotNil(t, users[3])
+	assert.Equal(t, "conv-18446744073709551615", *users[3])
+	assert.Equal(t, "", SessionUser(0))
+}
+
 func TestRunConcurrencyCap(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
