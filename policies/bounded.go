@@ -15,7 +15,8 @@ type BoundedParams struct {
 	// (1+LoadFactor) × (mean+1). Must be >= 0.
 	LoadFactor float64 `yaml:"load_factor"`
 	// Probes is how many distinct endpoints along the ring a pick considers
-	// before taking the least loaded of them, 1..16. Default 4.
+	// before spreading the request by two random choices over the whole
+	// pool, 1..16. Default 4.
 	Probes int `yaml:"probes"`
 	// Sample is how many random endpoints estimate the mean queue, 1..64.
 	// Default 16.
@@ -50,7 +51,8 @@ func (p BoundedParams) Validate() error {
 
 // Bounded routes keys to their owners on a consistent-hash ring of the pool,
 // bounded by load (consistent hashing with bounded loads), and requests
-// without a key by two random choices. Safe for concurrent use.
+// without a key, or whose first Probes owners are all over the bound, by two
+// random choices over the whole pool. Safe for concurrent use.
 type Bounded struct {
 	rnd    interface{ Uint64() uint64 }
 	aff    *Affinity
@@ -69,7 +71,7 @@ func NewBounded(p BoundedParams) (*Bounded, error) {
 }
 
 // Pick returns key's endpoint within the load bound when ok, else the
-// p2c choice. It draws one random number and allocates nothing.
+// p2c choice over eps. It draws one random number and allocates nothing.
 func (b *Bounded) Pick(eps []*backends.Endpoint, key uint64, ok bool) (*backends.Endpoint, error) {
 	if len(eps) == 0 {
 		return nil, ErrNoEndpoint
@@ -82,5 +84,8 @@ func (b *Bounded) Pick(eps []*backends.Endpoint, key uint64, ok bool) (*backends
 		return eps[0], nil
 	}
 	limit := (1 + b.factor) * (MeanDepth(seed, eps, b.sample) + 1)
-	return b.aff.Pick(eps, key, limit, b.probes), nil
+	if e := b.aff.Pick(eps, key, limit, b.probes); e != nil {
+		return e, nil
+	}
+	return TwoChoices(^seed, eps)
 }

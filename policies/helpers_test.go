@@ -85,13 +85,24 @@ func TestPrefillAhead(t *testing.T) {
 func TestPrefixTable(t *testing.T) {
 	eps := policytest.Idle(t, 2)
 	tab := policies.NewPrefixTable(4) // 16 slots
-	assert.Nil(t, tab.Lookup(42), "never recorded")
+	lookup := func(k uint64) *backends.Endpoint { e, _ := tab.Lookup(k); return e }
+	assert.Nil(t, lookup(42), "never recorded")
 	tab.Record(42, eps[0])
-	assert.Same(t, eps[0], tab.Lookup(42))
+	e, spread := tab.Lookup(42)
+	assert.Same(t, eps[0], e)
+	assert.False(t, spread)
+	tab.Record(42, eps[0])
+	_, spread = tab.Lookup(42)
+	assert.False(t, spread, "sent to the same endpoint again")
 	tab.Record(42, eps[1])
-	assert.Same(t, eps[1], tab.Lookup(42), "the last endpoint wins")
+	e, spread = tab.Lookup(42)
+	assert.Same(t, eps[1], e, "the last endpoint wins")
+	assert.True(t, spread, "sent to two endpoints")
+	tab.Record(42, eps[1])
+	_, spread = tab.Lookup(42)
+	assert.True(t, spread, "spread stays set")
 	tab.Record(0, eps[0])
-	assert.Same(t, eps[0], tab.Lookup(0), "key 0 works too")
+	assert.Same(t, eps[0], lookup(0), "key 0 works too")
 
 	// A full table forgets: 1,000 keys in 16 slots leave at most 16.
 	for k := range uint64(1000) {
@@ -99,11 +110,74 @@ func TestPrefixTable(t *testing.T) {
 	}
 	kept := 0
 	for k := range uint64(1000) {
-		if e := tab.Lookup(k + 100); e != nil {
+		if e := lookup(k + 100); e != nil {
 			kept++
 			assert.Same(t, eps[k%2], e, "a remembered key keeps its own endpoint")
 		}
 	}
 	assert.LessOrEqual(t, kept, 16)
 	assert.Positive(t, kept)
+}
+
+// chain returns n chained test hashes: prompts built from the same prefix
+// share their leading hashes.
+func chain(prefix []uint64, n int, salt uint64) []uint64 {
+	out := append([]uint64(nil), prefix...)
+	h := uint64(1)
+	if len(out) > 0 {
+		h = out[len(out)-1]
+	}
+	for len(out) < n {
+		h = policies.Mix(h ^ salt ^ uint64(len(out)))
+		out = append(out, h)
+	}
+	return out
+}
+
+func TestLongestPrefix(t *testing.T) {
+	eps := policytest.Idle(t, 3)
+	tab := policies.NewPrefixTable(16)
+	system := chain(nil, 20, 1) // a system prompt every request starts with
+
+	// Two conversations start on different endpoints: the system prompt's
+	// hashes are now spread, each conversation's own are not.
+	a1 := chain(system, 27, 2)
+	b1 := chain(system, 25, 3)
+	e, d := tab.LongestPrefix(a1)
+	assert.Nil(t, e, "nothing recorded yet")
+	assert.Zero(t, d)
+	tab.RecordPrefixes(a1, eps[0])
+	tab.RecordPrefixes(b1, eps[1])
+
+	// The next turn of conversation a extends a1 by a few chunks and finds
+	// a1's deepest hash, whatever the depth.
+	a2 := chain(a1, 35, 4)
+	e, d = tab.LongestPrefix(a2)
+	assert.Same(t, eps[0], e)
+	assert.Equal(t, 27, d)
+	b2 := chain(b1, 60, 5)
+	e, d = tab.LongestPrefix(b2)
+	assert.Same(t, eps[1], e)
+	assert.Equal(t, 25, d)
+
+	// A new conversation shares only the spread system prompt: no owner,
+	// so the request is placed by load and nobody herds to the endpoint
+	// the system prompt went to last.
+	e, d = tab.LongestPrefix(chain(system, 30, 6))
+	assert.Nil(t, e)
+	assert.Zero(t, d)
+
+	// A conversation that moved is found where its latest turn went.
+	tab.RecordPrefixes(a2, eps[2])
+	e, d = tab.LongestPrefix(chain(a2, 44, 7))
+	assert.Same(t, eps[2], e)
+	assert.Equal(t, 35, d)
+
+	// Prompts deeper than every recorded depth still match at the prefix
+	// depths the table keeps.
+	long := chain(nil, 64, 8)
+	tab.RecordPrefixes(long, eps[1])
+	e, d = tab.LongestPrefix(chain(long[:50], 64, 9))
+	assert.Same(t, eps[1], e)
+	assert.Equal(t, 45, d, "the deepest recorded depth below where they part")
 }

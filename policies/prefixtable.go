@@ -12,6 +12,11 @@ import (
 // has a prefix key, so memory stays bounded and a lookup is two atomic
 // loads; a key is forgotten when a later key lands in its slot.
 //
+// A slot also remembers whether its key has been sent to more than one
+// endpoint: such a prefix (a system prompt every request starts with) is
+// cached on several endpoints, so it says nothing about where to go, and
+// crediting the one it went to last would herd every request there.
+//
 // Unlike a hash ring it sends nothing anywhere on first sight: a prefix it
 // has not seen (every prompt of a trace without shared prefixes) earns no
 // affinity, so load alone decides, and the next request with that prefix
@@ -24,10 +29,14 @@ import (
 // a misplaced affinity credit, never correctness, since the endpoint is
 // only compared against the candidates the caller holds.
 type PrefixTable struct {
-	keys []atomic.Uint64
+	keys []atomic.Uint64 // the key, with spreadBit set once it went to two endpoints
 	eps  []atomic.Pointer[backends.Endpoint]
 	mask uint64
 }
+
+// spreadBit marks a slot whose key was sent to more than one endpoint. Keys
+// are stored without it, so it costs one bit of the 64-bit hash.
+const spreadBit = 1 << 63
 
 // NewPrefixTable returns a table of 2^bits slots (bits in 4..24).
 func NewPrefixTable(bits int) *PrefixTable {
@@ -36,23 +45,74 @@ func NewPrefixTable(bits int) *PrefixTable {
 	return &PrefixTable{keys: make([]atomic.Uint64, n), eps: make([]atomic.Pointer[backends.Endpoint], n), mask: uint64(n - 1)}
 }
 
-// key keeps 0 free to mean an empty slot.
-func tableKey(k uint64) uint64 { return max(k, 1) }
+// key keeps 0 free to mean an empty slot and the top bit for spreadBit.
+func tableKey(k uint64) uint64 { return max(k&^spreadBit, 1) }
 
-// Lookup returns the endpoint key was last recorded with, or nil.
-func (t *PrefixTable) Lookup(key uint64) *backends.Endpoint {
+// Lookup returns the endpoint key was last recorded with, or nil, and
+// whether key has been recorded with more than one endpoint.
+func (t *PrefixTable) Lookup(key uint64) (e *backends.Endpoint, spread bool) {
 	key = tableKey(key)
 	i := Mix(key) & t.mask
-	if t.keys[i].Load() != key {
-		return nil
+	k := t.keys[i].Load()
+	if k&^spreadBit != key {
+		return nil, false
 	}
-	return t.eps[i].Load()
+	return t.eps[i].Load(), k&spreadBit != 0
 }
 
 // Record remembers that key was sent to e.
 func (t *PrefixTable) Record(key uint64, e *backends.Endpoint) {
 	key = tableKey(key)
 	i := Mix(key) & t.mask
+	k := t.keys[i].Load()
+	if k&^spreadBit == key && (k&spreadBit != 0 || t.eps[i].Load() != e) {
+		key |= spreadBit
+	}
 	t.eps[i].Store(e)
 	t.keys[i].Store(key)
+}
+
+// prefixDepths are the prefix hashes (1-based depths) RecordPrefixes
+// records besides a prompt's deepest one: dense near the start, where
+// system prompts end, and about 1.4x apart beyond, so a pick records a
+// dozen entries whatever the prompt's length, and a prompt that shares
+// only part of a recorded one still finds it within a factor of 1.4 of
+// the depth they share.
+var prefixDepths = [...]int{1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 90, 128}
+
+// LongestPrefix returns the endpoint holding the longest prefix of hashes
+// this table knows of, and its depth (how many leading hashes it covers),
+// looking at every depth from the deepest down. A prompt that extends an
+// earlier one (the next turn of a conversation) thus finds the earlier
+// one's deepest hash, which RecordPrefixes wrote and nobody else did, even
+// if the conversation has moved. The deepest depth recorded with a single
+// endpoint wins; a depth recorded with several endpoints ends the search
+// with no owner, since everything shallower is shared at least as widely
+// (a system prompt). It returns nil, 0 when nothing matches, after at most
+// len(hashes) lookups.
+func (t *PrefixTable) LongestPrefix(hashes []uint64) (*backends.Endpoint, int) {
+	for d := len(hashes); d > 0; d-- {
+		switch e, spread := t.Lookup(hashes[d-1]); {
+		case spread:
+			return nil, 0
+		case e != nil:
+			return e, d
+		}
+	}
+	return nil, 0
+}
+
+// RecordPrefixes records that the prompt with these prefix hashes was sent
+// to e: its deepest hash and those at prefixDepths.
+func (t *PrefixTable) RecordPrefixes(hashes []uint64, e *backends.Endpoint) {
+	n := len(hashes)
+	for _, d := range prefixDepths {
+		if d >= n {
+			break
+		}
+		t.Record(hashes[d-1], e)
+	}
+	if n > 0 {
+		t.Record(hashes[n-1], e)
+	}
 }

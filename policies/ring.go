@@ -82,9 +82,10 @@ const maxProbes = 16
 // consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
 // SODA 2018). A key goes to the first endpoint clockwise from it on the
 // pool's ring whose queue depth is under a limit the caller sets; when the
-// first probes distinct endpoints are all at or over it, to the least loaded
-// of them, which keeps some locality. The ring is cached per pool membership
-// (see Memo). Safe for concurrent use.
+// first probes distinct endpoints are all at or over it, Pick says so and
+// the caller spreads the request (Bounded uses two random choices over the
+// whole pool). The ring is cached per pool membership (see Memo). Safe for
+// concurrent use.
 type Affinity struct {
 	memo  Memo[Ring]
 	build func([]*backends.Endpoint) Ring
@@ -98,27 +99,29 @@ func NewAffinity(vnodes int) *Affinity {
 
 // Pick returns the endpoint of eps (not empty) for key, considering at most
 // probes (1..16) distinct endpoints and accepting the first whose QueueDepth
-// is below limit.
+// is below limit. When all of them are at or over it, it returns nil: a key
+// hot enough to fill its first probes owners must spread further, or the
+// rest of the pool idles while they queue (a shared system prompt, the key
+// of every request, once left half a fleet idle that way).
 func (a *Affinity) Pick(eps []*backends.Endpoint, key uint64, limit float64, probes int) *backends.Endpoint {
 	probes = min(max(probes, 1), maxProbes, len(eps))
 	m := a.memo.Load(eps, a.build)
 	for range 2 {
-		e, ok := a.walk(m, eps, Mix(key), limit, probes)
-		if ok {
+		e, fresh := a.walk(m, eps, Mix(key), limit, probes)
+		if fresh {
 			return e
 		}
 		m = a.memo.Rebuild(eps, a.build)
 	}
-	return eps[0] // unreachable: a ring just built from eps is fresh
+	return nil // unreachable: a ring just built from eps is fresh
 }
 
-// walk reports false if the ring proved stale for eps.
-func (a *Affinity) walk(m *Memoized[Ring], eps []*backends.Endpoint, h uint64, limit float64, probes int) (*backends.Endpoint, bool) {
+// walk returns the first endpoint under limit, or nil; fresh is false if the
+// ring proved stale for eps.
+func (a *Affinity) walk(m *Memoized[Ring], eps []*backends.Endpoint, h uint64, limit float64, probes int) (e *backends.Endpoint, fresh bool) {
 	r := &m.Val
 	var seen [maxProbes]int32
 	ns := 0
-	var best *backends.Endpoint
-	low := int64(0)
 	pos := r.search(h)
 	for range len(r.points) {
 		o := r.owners[pos]
@@ -131,20 +134,15 @@ func (a *Affinity) walk(m *Memoized[Ring], eps []*backends.Endpoint, h uint64, l
 		if !m.Fresh(eps, int(o)) {
 			return nil, false
 		}
-		e := eps[o]
-		d := QueueDepth(e)
-		if float64(d) < limit {
+		if e := eps[o]; float64(QueueDepth(e)) < limit {
 			return e, true
-		}
-		if best == nil || d < low {
-			best, low = e, d
 		}
 		seen[ns] = o
 		if ns++; ns == probes {
 			break
 		}
 	}
-	return best, true
+	return nil, true
 }
 
 // MeanDepth estimates the pool's mean QueueDepth from k sampled endpoints

@@ -48,7 +48,8 @@ func (rt *Router) inference(w http.ResponseWriter, r *http.Request) {
 		session = req.user
 	}
 	preq := policies.Request{Model: req.model, Stream: req.stream, PromptTokens: req.promptTokens,
-		MaxTokens: req.maxTokens, User: req.user, SessionKey: session, PrefixHashes: req.prefix}
+		MaxTokens: req.maxTokens, User: req.user, SessionKey: session, PrefixHashes: req.prefix,
+		PrefixChunkTokens: prefixChunk / bytesPerToken}
 	status := rt.forward(w, r, rte, &preq, body)
 	rt.finish(w, r, req.model, start, status)
 }

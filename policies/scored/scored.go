@@ -71,9 +71,15 @@ const Name = "scored"
 // shortest one.
 const ttftScale = 1.0
 
-// prefixTableBits sizes the prefix scorer's table: 2^16 slots, 1 MiB, the
-// last endpoint of the 65,536 most recently routed prefixes at best.
-const prefixTableBits = 16
+// maxPrefixDepth is the prefix scorer's default depth: every prefix hash
+// the router computes.
+const maxPrefixDepth = 1 << 10
+
+// prefixTableBits sizes the prefix scorer's table: 2^18 slots, 4 MiB per
+// pool, about a dozen slots per routed prompt, so it remembers where the
+// last ~20,000 prompts went: a conversation's next turn minutes later at a
+// few hundred requests per second.
+const prefixTableBits = 18
 
 // DefaultScorers is what scored weighs when the config names no scorers,
 // and so Sluice's default routing: expected TTFT at weight 2, queue depth,
@@ -94,7 +100,7 @@ func DefaultScorers() []ScorerParams {
 		{Type: "ttft", Weight: 2},
 		{Type: "queue_depth", Weight: 1},
 		{Type: "kv_cache", Weight: 1},
-		{Type: "prefix", Weight: 1, Depth: 11},
+		{Type: "prefix", Weight: 1},
 	}
 }
 
@@ -245,14 +251,14 @@ func New(params map[string]any) (policies.Picker, error) {
 		if !(s.Weight > 0) {
 			return nil, fmt.Errorf("params: scorers[%d].weight: want > 0, got %v", i, s.Weight)
 		}
-		if s.Depth == 0 {
-			s.Depth = 8
-		}
-		if s.Depth < 1 {
+		if s.Depth < 0 {
 			return nil, fmt.Errorf("params: scorers[%d].depth: want >= 1, got %d", i, s.Depth)
 		}
-		if s.Depth != 8 && k != prefix {
+		if s.Depth != 0 && k != prefix {
 			return nil, fmt.Errorf("params: scorers[%d].depth: only the prefix scorer takes a depth", i)
+		}
+		if s.Depth == 0 {
+			s.Depth = maxPrefixDepth
 		}
 		if k == prefix {
 			b.prefixes = policies.NewPrefixTable(prefixTableBits)
@@ -285,8 +291,13 @@ type stats struct {
 	minTTFT, meanPrefill float64
 	prompt               int64
 	prefixOwner, session *backends.Endpoint
-	prefixKey            uint64
-	hasPrefix            bool
+	// prefix holds the request's prefix hashes the prefix scorer reads;
+	// prefixDepth is how many of them prefixOwner was last sent, and
+	// cached the prompt tokens they cover, which the ttft scorer does not
+	// charge prefixOwner for.
+	prefix      []uint64
+	prefixDepth int
+	cached      int64
 }
 
 // Pick returns the best-scoring endpoint by the configured picker.
@@ -348,8 +359,8 @@ func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.
 
 // chose records where the request's prefix went and returns e.
 func (b *Balancer) chose(e *backends.Endpoint, st *stats) *backends.Endpoint {
-	if st.hasPrefix {
-		b.prefixes.Record(st.prefixKey, e)
+	if len(st.prefix) > 0 {
+		b.prefixes.RecordPrefixes(st.prefix, e)
 	}
 	return e
 }
@@ -374,6 +385,16 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 			}
 		}
 	}
+	for _, sc := range b.scorers {
+		switch {
+		case sc.kind == prefix && len(r.PrefixHashes) > 0:
+			st.prefix = r.PrefixHashes[:min(sc.depth, len(r.PrefixHashes))]
+			st.prefixOwner, st.prefixDepth = b.prefixes.LongestPrefix(st.prefix)
+			st.cached = min(int64(st.prefixDepth)*int64(max(r.PrefixChunkTokens, 0)), int64(max(r.PromptTokens, 0)))
+		case sc.kind == session && r.SessionKey != "":
+			st.session = eps[b.aff.Owner(eps, policies.HashString(r.SessionKey))]
+		}
+	}
 	var known, sum, pknown, psum float64
 	// For ttft: the shortest expected TTFT among measured candidates, and
 	// the smallest backlog among unmeasured ones (timed at the mean rate
@@ -396,7 +417,7 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 			sum += v
 		}
 		if b.needsTTFT {
-			backlog := policies.PrefillBacklog(e, st.prompt)
+			backlog := prefillBacklog(e, &st)
 			if v := e.PrefillTokensPerSec(); v > 0 {
 				pknown++
 				psum += v
@@ -416,15 +437,6 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 		}
 		st.minTTFT = min(minTimed, minUntimed/st.meanPrefill)
 	}
-	for _, sc := range b.scorers {
-		switch {
-		case sc.kind == prefix && len(r.PrefixHashes) > 0:
-			st.prefixKey, st.hasPrefix = r.PrefixHashes[min(sc.depth, len(r.PrefixHashes))-1], true
-			st.prefixOwner = b.prefixes.Lookup(st.prefixKey)
-		case sc.kind == session && r.SessionKey != "":
-			st.session = eps[b.aff.Owner(eps, policies.HashString(r.SessionKey))]
-		}
-	}
 	return st
 }
 
@@ -436,7 +448,17 @@ func expectedTTFT(e *backends.Endpoint, st *stats) float64 {
 	if rate == 0 {
 		rate = st.meanPrefill
 	}
-	return policies.PrefillBacklog(e, st.prompt) / rate
+	return prefillBacklog(e, st) / rate
+}
+
+// prefillBacklog is policies.PrefillBacklog less, on the endpoint holding
+// the request's longest known prefix, the prompt tokens that prefix covers.
+func prefillBacklog(e *backends.Endpoint, st *stats) float64 {
+	v := policies.PrefillBacklog(e, st.prompt)
+	if e == st.prefixOwner {
+		v -= float64(st.cached)
+	}
+	return v
 }
 
 // keep reports whether e passes every filter.
@@ -494,7 +516,7 @@ func (b *Balancer) score(e *backends.Endpoint, st *stats) float64 {
 			x = (st.minTTFT + ttftScale) / (expectedTTFT(e, st) + ttftScale)
 		case prefix:
 			if e == st.prefixOwner {
-				x = 1
+				x = float64(st.prefixDepth) / float64(len(st.prefix))
 			}
 		case session:
 			if e == st.session {
