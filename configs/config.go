@@ -70,7 +70,8 @@ type Model struct {
 	// Name is the model name clients send in "model". Required, unique.
 	Name string `yaml:"name"`
 	// Policy names the routing policy for this pool. Default "scored" with
-	// its default scorers (queue depth, free KV cache, prefix affinity).
+	// its default scorers (expected TTFT with congested packing, queue
+	// depth, free KV cache, longest-prefix affinity).
 	Policy string `yaml:"policy"`
 	// Params are the policy's parameters, decoded strictly by the policy.
 	Params map[string]any `yaml:"params"`

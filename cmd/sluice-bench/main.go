@@ -51,6 +51,8 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return validateCmd(args[1:], stdout, stderr)
 	case "simulate":
 		return simulateCmd(ctx, args[1:], stdout, stderr)
+	case "summarize":
+		return summarizeCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
@@ -71,6 +73,8 @@ Commands:
           print simulated vs published TTFT, ITL and throughput
   simulate  simulate a fleet in virtual time with Sluice's real routing policies
           and print the same report per policy
+  summarize compare the default policy with the baselines, the reference and
+          round_robin across "simulate --json" outputs
 
 Run "sluice-bench <command> -h" for the command's flags.
 `)

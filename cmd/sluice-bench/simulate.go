@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -184,7 +185,13 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return exitOK
 	}
 
-	out := simOutput{Fleet: spec.String(), Workers: spec.Workers(), Routers: f.routers, CapacityEstimate: capacity, Requests: len(reqs)}
+	offered := workload.Summarize(reqs).RatePerSec / capacity
+	out := simOutput{
+		Scenario: f.scenario(spec, capacity, offered, len(reqs)), Workload: f.workloadName(),
+		Fleet: spec.String(), Workers: spec.Workers(), Routers: f.routers, Seed: f.seed,
+		CapacityEstimate: capacity, OfferedLoad: offered, Requests: len(reqs),
+		GoodputTTFTms: ms(f.goodTTFT), GoodputTPOTms: ms(f.goodTPOT),
+	}
 	scrape := f.scrapeInterval
 	if scrape == 0 {
 		scrape = -1 // fleet.Options: negative turns scraping off
@@ -225,7 +232,7 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		out.Results = append(out.Results, row)
 	}
 	if f.table == tableCompact {
-		if err := writeCompact(stdout, f.scenario(spec, capacity, workload.Summarize(reqs).RatePerSec/capacity, len(reqs)), out.Results); err != nil {
+		if err := writeCompact(stdout, out.Scenario, out.Results); err != nil {
 			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 			return exitError
 		}
@@ -309,12 +316,31 @@ func (f *simFlags) workload(spec fleet.Spec, stderr io.Writer) ([]workload.Reque
 
 // simOutput is the JSON document of a simulate run.
 type simOutput struct {
-	Fleet            string      `json:"fleet"`
-	Workers          int         `json:"workers"`
-	Routers          int         `json:"routers"`
-	Requests         int         `json:"requests"`
-	CapacityEstimate float64     `json:"capacity_estimate"`
-	Results          []simResult `json:"results"`
+	// Scenario is the compact table's header line; Workload names the
+	// trace file or the synthetic kind.
+	Scenario         string  `json:"scenario"`
+	Workload         string  `json:"workload"`
+	Fleet            string  `json:"fleet"`
+	Workers          int     `json:"workers"`
+	Routers          int     `json:"routers"`
+	Seed             uint64  `json:"seed"`
+	Requests         int     `json:"requests"`
+	CapacityEstimate float64 `json:"capacity_estimate"`
+	// OfferedLoad is the mean arrival rate over CapacityEstimate.
+	OfferedLoad float64 `json:"offered_load"`
+	// GoodputTTFTms and GoodputTPOTms are the SLO the goodput column
+	// counts against.
+	GoodputTTFTms float64     `json:"goodput_ttft_ms"`
+	GoodputTPOTms float64     `json:"goodput_tpot_ms"`
+	Results       []simResult `json:"results"`
+}
+
+// workloadName is the trace's file name or the synthetic workload's kind.
+func (f *simFlags) workloadName() string {
+	if f.trace != "" {
+		return filepath.Base(f.trace)
+	}
+	return f.workloadKind()
 }
 
 func (o simOutput) writeJSON(w io.Writer) error {

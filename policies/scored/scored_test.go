@@ -140,6 +140,9 @@ func TestNewRejectsBadParams(t *testing.T) {
 		{map[string]any{"scorers": []any{map[string]any{"type": "queue_depth"}, map[string]any{"type": "luck"}}}, "scorers[1].type"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "weight": -1}}}, "scorers[0].weight"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "depth": 3}}}, "scorers[0].depth"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "slack": -1}}}, "scorers[0].slack"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "congestion": -1}}}, "scorers[0].congestion"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "queue_depth", "slack": 1}}}, "scorers[0]: only the ttft scorer"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "bias": 3}}}, "bias"},
 		{map[string]any{"picker": "min"}, "picker"},
 		{map[string]any{"tolerance": 2}, "tolerance"},
@@ -173,7 +176,9 @@ func prefillFleet(t *testing.T, fastPending int64) []*backends.Endpoint {
 }
 
 func TestTTFTScorer(t *testing.T) {
-	ttftOnly := func() map[string]any { return scorers(map[string]any{"type": "ttft"}) }
+	// Slack 0: the quickest expected start wins even when congested
+	// (TestTTFTScorerCongested covers packing).
+	ttftOnly := func() map[string]any { return scorers(map[string]any{"type": "ttft", "slack": 0}) }
 	req := &policies.Request{PromptTokens: 2000}
 
 	// (6,000+2,000)/20,000 = 0.4 s on the fast GPU beats 2,000/4,000 = 0.5 s.
@@ -233,4 +238,59 @@ func TestDefaultScorersIncludeTTFT(t *testing.T) {
 	assert.Contains(t, types, "ttft")
 	_, err := New(map[string]any{"scorers": []any{map[string]any{"type": "ttft", "weight": 2}}})
 	assert.NoError(t, err)
+}
+
+// congestedFleet is three endpoints prefilling 10,000 prompt tokens/s with
+// 0.5 s, 2 s and 6 s of prompts queued.
+func congestedFleet(t *testing.T) []*backends.Endpoint {
+	t.Helper()
+	eps := policytest.Build(t, policytest.Spec{}, policytest.Spec{}, policytest.Spec{})
+	for i, pending := range []int64{5_000, 20_000, 60_000} {
+		eps[i].ObservePrefill(0, 1000, 100*time.Millisecond)
+		eps[i].BeginPrefill(pending)
+	}
+	return eps
+}
+
+func TestTTFTScorerCongested(t *testing.T) {
+	pick := func(p policies.Picker, prompt int, eps []*backends.Endpoint) int {
+		t.Helper()
+		e, err := p.Pick(context.Background(), &policies.Request{PromptTokens: prompt}, eps)
+		require.NoError(t, err)
+		return policytest.Index(eps, e)
+	}
+	primed := func(params map[string]any) policies.Picker {
+		p := newBalancer(t, params)
+		pick(p, 1000, policytest.Idle(t, 2)) // the mean prompt starts at 1,000 tokens
+		return p
+	}
+	eps := congestedFleet(t)
+	p := primed(scorers(map[string]any{"type": "ttft"}))
+
+	// A short prompt's budget, 0.51 s x (1 + 2 x 100/1,000), fits only the
+	// least loaded endpoint.
+	assert.Equal(t, 0, pick(p, 100, eps))
+	// A long one may start up to 1 s x (1 + 2 x 5) = 11 s: it takes the
+	// fullest endpoint within that, leaving the short queue to short
+	// prompts.
+	assert.Equal(t, 2, pick(p, 5000, eps))
+	// A middling one (budget 0.6 s x 3.0 = 1.8 s) fits none but the first;
+	// 2.1 s on the second is past it.
+	assert.Equal(t, 0, pick(p, 1000, eps))
+
+	// Without slack, every prompt goes where it starts soonest.
+	p = primed(scorers(map[string]any{"type": "ttft", "slack": 0}))
+	assert.Equal(t, 0, pick(p, 5000, eps))
+
+	// Uncongested (the quickest start under congestion, 0.25 s), the
+	// quickest wins too.
+	idle := policytest.Build(t, policytest.Spec{}, policytest.Spec{})
+	idle[0].ObservePrefill(0, 1000, 100*time.Millisecond)
+	idle[1].ObservePrefill(0, 1000, 100*time.Millisecond)
+	idle[1].BeginPrefill(1000)
+	p = primed(scorers(map[string]any{"type": "ttft"}))
+	assert.Equal(t, 0, pick(p, 1000, idle))
+	// With congestion set to 0.01 s the same pick packs.
+	p = primed(scorers(map[string]any{"type": "ttft", "congestion": 0.01}))
+	assert.Equal(t, 1, pick(p, 1000, idle))
 }
