@@ -13,10 +13,16 @@
 # and how well the two rankings by p99 TTFT agree (Spearman's rank
 # correlation; policies the simulation cannot tell apart tie).
 #
+# The Sluice config gives each backend the capacity-proportional weight the
+# simulation uses (what an operator who benchmarked each GPU type would
+# write), so `weighted` is the same baseline live and simulated, and goodput
+# counts the code-completion SLO of bench-policies (TTFT 500 ms, TPOT
+# 150 ms).
+#
 # Builds nothing: run `make build` first. Knobs (environment): H100S=2 L4S=4
 # SPEEDUP=3 LOAD=0.6 REQUESTS=1500 POLICIES=<every registered policy>
 # TRACE=<azure code trace> BASE_PORT=19500 (workers BASE_PORT.., Sluice
-# BASE_PORT-1) BIN=bin
+# BASE_PORT-1) BIN=bin GOODPUT_TTFT=500ms GOODPUT_TPOT=150ms
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
@@ -31,6 +37,9 @@ MODEL=bench-model
 ROUTER_PORT=$((BASE_PORT - 1))
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
 WORKERS=$((H100S + L4S))
+GOODPUT_TTFT=${GOODPUT_TTFT:-500ms}
+GOODPUT_TPOT=${GOODPUT_TPOT:-150ms}
+slo=(--goodput-ttft "$GOODPUT_TTFT" --goodput-tpot "$GOODPUT_TPOT")
 
 for b in sluice gpuworker sluice-bench; do
 	[ -x "$BIN/$b" ] || { echo "bench-policies-live: $BIN/$b missing; run make build" >&2; exit 2; }
@@ -41,6 +50,14 @@ if [ -z "${POLICIES:-}" ]; then
 	POLICIES=$("$BIN/sluice-bench" simulate --fleet h100-llama3-8b --synthetic --requests 1 --policy all \
 		--table compact 2>/dev/null | awk 'NR > 3 { print $1 }' | paste -sd, -)
 fi
+
+# The simulator's capacity-proportional weights for this fleet and slice:
+# "... would write them): h100-llama3-8b 96, l4-llama3-8b 10".
+weights=$("$BIN/sluice-bench" simulate --fleet "$FLEET" --trace "$TRACE" --requests "$REQUESTS" --load "$LOAD" \
+	--policy round_robin --table compact 2>&1 >/dev/null | sed -n 's/.*would write them)://p')
+H100_WEIGHT=$(sed -n 's/.*h100-llama3-8b \([0-9]*\).*/\1/p' <<<"$weights")
+L4_WEIGHT=$(sed -n 's/.*l4-llama3-8b \([0-9]*\).*/\1/p' <<<"$weights")
+[ -n "$H100_WEIGHT" ] && [ -n "$L4_WEIGHT" ] || { echo "bench-policies-live: no weights from the simulator ($weights)" >&2; exit 1; }
 
 tmp=$(mktemp -d)
 pids=()
@@ -79,6 +96,11 @@ run_policy() { # policy
 		echo "    backends:"
 		for i in $(seq 0 $((WORKERS - 1))); do
 			echo "      - url: http://127.0.0.1:$((BASE_PORT + i))"
+			if [ "$i" -lt "$H100S" ]; then
+				echo "        weight: $H100_WEIGHT"
+			else
+				echo "        weight: $L4_WEIGHT"
+			fi
 		done
 	} >"$tmp/sluice.yaml"
 	for i in $(seq 0 $((WORKERS - 1))); do
@@ -89,13 +111,13 @@ run_policy() { # policy
 	wait_for "http://127.0.0.1:$ROUTER_PORT/readyz"
 	local start=$SECONDS
 	"$BIN/sluice-bench" load --target "http://127.0.0.1:$ROUTER_PORT" --model "$MODEL" --stream --quiet \
-		--trace "$TRACE" --requests "$REQUESTS" --fleet "$FLEET" --load "$LOAD" --time-scale "$SPEEDUP" \
+		--trace "$TRACE" --requests "$REQUESTS" --fleet "$FLEET" --load "$LOAD" --time-scale "$SPEEDUP" "${slo[@]}" \
 		--json "$tmp/live-$policy.json" >"$tmp/live-$policy.txt"
 	echo "bench-policies-live: $policy done in $((SECONDS - start))s wall" >&2
 	stop_all
 }
 
-echo "bench-policies-live: $FLEET at --speedup $SPEEDUP behind Sluice, first $REQUESTS requests of $(basename "$TRACE") at --load $LOAD; policies: $POLICIES" >&2
+echo "bench-policies-live: $FLEET at --speedup $SPEEDUP behind Sluice (weights H100 $H100_WEIGHT, L4 $L4_WEIGHT), first $REQUESTS requests of $(basename "$TRACE") at --load $LOAD; policies: $POLICIES" >&2
 IFS=, read -r -a list <<<"$POLICIES"
 for p in "${list[@]}"; do
 	run_policy "$p"
@@ -103,12 +125,12 @@ done
 
 # The same slice in simulation, for the ranking side by side.
 "$BIN/sluice-bench" simulate --table compact --fleet "$FLEET" --trace "$TRACE" --requests "$REQUESTS" \
-	--load "$LOAD" --policy "$POLICIES" --oracle --json "$tmp/sim.json" 2>/dev/null
+	--load "$LOAD" --policy "$POLICIES" --oracle "${slo[@]}" --json "$tmp/sim.json" 2>/dev/null
 
-python3 - "$tmp" "$FLEET" "$REQUESTS" "$LOAD" "$SPEEDUP" "${list[@]}" <<'PY'
+python3 - "$tmp" "$FLEET" "$REQUESTS" "$LOAD" "$SPEEDUP" "$GOODPUT_TTFT" "$GOODPUT_TPOT" "${list[@]}" <<'PY'
 import json, os, sys
-tmp, fleet, n, load, speedup, policies = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
-print(f"\n== LIVE fleet {fleet} at --speedup {speedup} behind bin/sluice | azure code trace, first {n} requests (--requests) | --load {load} | latencies in simulated time | goodput: TTFT<=1s, TPOT<=100ms")
+tmp, fleet, n, load, speedup, gttft, gtpot, policies = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8:]
+print(f"\n== LIVE fleet {fleet} at --speedup {speedup} behind bin/sluice | azure code trace, first {n} requests (--requests) | --load {load} | latencies in simulated time | goodput: TTFT<={gttft}, TPOT<={gtpot}")
 cols = ("policy", "ok", "failed", "TTFT p50 ms", "TTFT p99 ms", "E2E p99 ms", "out tok/s", "goodput req/s")
 print("".join(f"{c:>16}" for c in cols))
 live = {}

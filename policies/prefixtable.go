@@ -29,20 +29,27 @@ import (
 // a misplaced affinity credit, never correctness, since the endpoint is
 // only compared against the candidates the caller holds.
 type PrefixTable struct {
-	keys []atomic.Uint64 // the key, with spreadBit set once it went to two endpoints
-	eps  []atomic.Pointer[backends.Endpoint]
-	mask uint64
+	slots []prefixSlot
+	mask  uint64
+}
+
+// prefixSlot keeps a key and its endpoint side by side, so a lookup touches
+// one cache line.
+type prefixSlot struct {
+	key atomic.Uint64 // the key, with spreadBit set once it went to two endpoints
+	ep  atomic.Pointer[backends.Endpoint]
 }
 
 // spreadBit marks a slot whose key was sent to more than one endpoint. Keys
 // are stored without it, so it costs one bit of the 64-bit hash.
 const spreadBit = 1 << 63
 
-// NewPrefixTable returns a table of 2^bits slots (bits in 4..24).
+// NewPrefixTable returns a table of 2^bits slots (bits in 4..24), 16 bytes
+// each.
 func NewPrefixTable(bits int) *PrefixTable {
 	bits = min(max(bits, 4), 24)
 	n := 1 << bits
-	return &PrefixTable{keys: make([]atomic.Uint64, n), eps: make([]atomic.Pointer[backends.Endpoint], n), mask: uint64(n - 1)}
+	return &PrefixTable{slots: make([]prefixSlot, n), mask: uint64(n - 1)}
 }
 
 // key keeps 0 free to mean an empty slot and the top bit for spreadBit.
@@ -52,24 +59,24 @@ func tableKey(k uint64) uint64 { return max(k&^spreadBit, 1) }
 // whether key has been recorded with more than one endpoint.
 func (t *PrefixTable) Lookup(key uint64) (e *backends.Endpoint, spread bool) {
 	key = tableKey(key)
-	i := Mix(key) & t.mask
-	k := t.keys[i].Load()
+	s := &t.slots[Mix(key)&t.mask]
+	k := s.key.Load()
 	if k&^spreadBit != key {
 		return nil, false
 	}
-	return t.eps[i].Load(), k&spreadBit != 0
+	return s.ep.Load(), k&spreadBit != 0
 }
 
 // Record remembers that key was sent to e.
 func (t *PrefixTable) Record(key uint64, e *backends.Endpoint) {
 	key = tableKey(key)
-	i := Mix(key) & t.mask
-	k := t.keys[i].Load()
-	if k&^spreadBit == key && (k&spreadBit != 0 || t.eps[i].Load() != e) {
+	s := &t.slots[Mix(key)&t.mask]
+	k := s.key.Load()
+	if k&^spreadBit == key && (k&spreadBit != 0 || s.ep.Load() != e) {
 		key |= spreadBit
 	}
-	t.eps[i].Store(e)
-	t.keys[i].Store(key)
+	s.ep.Store(e)
+	s.key.Store(key)
 }
 
 // prefixDepths are the prefix hashes (1-based depths) RecordPrefixes
@@ -81,23 +88,51 @@ func (t *PrefixTable) Record(key uint64, e *backends.Endpoint) {
 var prefixDepths = [...]int{1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 90, 128}
 
 // LongestPrefix returns the endpoint holding the longest prefix of hashes
-// this table knows of, and its depth (how many leading hashes it covers),
-// looking at every depth from the deepest down. A prompt that extends an
-// earlier one (the next turn of a conversation) thus finds the earlier
-// one's deepest hash, which RecordPrefixes wrote and nobody else did, even
-// if the conversation has moved. The deepest depth recorded with a single
-// endpoint wins; a depth recorded with several endpoints ends the search
-// with no owner, since everything shallower is shared at least as widely
-// (a system prompt). It returns nil, 0 when nothing matches, after at most
-// len(hashes) lookups.
+// this table knows of, and its depth (how many leading hashes it covers).
+// It looks at the deepest hash, then down prefixDepths to the deepest one
+// recorded, then at every depth between that one and the next of
+// prefixDepths: a prompt that extends an earlier one (the next turn of a
+// conversation) thus finds the earlier one's deepest hash, which
+// RecordPrefixes wrote and nobody else did, even if the conversation has
+// moved. The deepest depth recorded with a single endpoint wins; a depth
+// recorded with several endpoints ends the search with no owner, since
+// everything shallower is shared at least as widely (a system prompt). It
+// returns nil, 0 when nothing matches, after about a dozen lookups, at most
+// len(prefixDepths) plus the gap between two of them.
 func (t *PrefixTable) LongestPrefix(hashes []uint64) (*backends.Endpoint, int) {
-	for d := len(hashes); d > 0; d-- {
-		switch e, spread := t.Lookup(hashes[d-1]); {
-		case spread:
-			return nil, 0
-		case e != nil:
-			return e, d
+	n := len(hashes)
+	if n == 0 {
+		return nil, 0
+	}
+	if e, spread := t.Lookup(hashes[n-1]); spread {
+		return nil, 0
+	} else if e != nil {
+		return e, n
+	}
+	for i := len(prefixDepths) - 1; i >= 0; i-- {
+		d := prefixDepths[i]
+		if d >= n {
+			continue
 		}
+		e, spread := t.Lookup(hashes[d-1])
+		if spread {
+			return nil, 0
+		}
+		if e == nil {
+			continue
+		}
+		// d is recorded; a deeper hash up to the next recorded depth may
+		// be an earlier prompt's deepest.
+		above := n
+		if i+1 < len(prefixDepths) {
+			above = min(above, prefixDepths[i+1])
+		}
+		for dd := above - 1; dd > d; dd-- {
+			if e2, spread := t.Lookup(hashes[dd-1]); e2 != nil && !spread {
+				return e2, dd
+			}
+		}
+		return e, d
 	}
 	return nil, 0
 }

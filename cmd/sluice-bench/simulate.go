@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -45,6 +46,7 @@ type simFlags struct {
 	scrapeInterval     time.Duration
 	table              string
 	saturation         bool
+	oracleAging        time.Duration
 }
 
 func newSimFlagSet(f *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -70,7 +72,7 @@ Flags:
 	fs.StringVar(&f.traceFormat, "trace-format", "", "trace format: azure or mooncake; default from the file extension")
 	fs.BoolVar(&f.synthetic, "synthetic", false, "generate a synthetic workload of the --workload kind instead of a trace")
 	fs.StringVar(&f.policies, "policy", defaultPolicyAlias, "comma-separated routing `policies` to compare; \"default\" is Sluice's default ("+configs.DefaultPolicy+"), \"all\" every registered policy; NAME:{k: v, ...} passes params (YAML flow map)")
-	fs.BoolVar(&f.oracle, "oracle", false, "add a row for the ideal central scheduler with perfect knowledge of every engine")
+	fs.BoolVar(&f.oracle, "oracle", false, "add a row for the reference scheduler: one central queue with perfect knowledge of every engine, late binding, no head-of-line blocking")
 	fs.Float64Var(&f.load, "load", 0, "offered load as a multiple of the estimated capacity: rescales a trace's arrivals (0 keeps its timing) or sets the synthetic rate (default 0.8)")
 	fs.IntVar(&f.requests, "requests", 0, "simulate at most this many requests (synthetic default 10000; 0 = the whole trace)")
 	fs.IntVar(&f.routers, "routers", 1, "split arrivals round-robin across this many independent router replicas, each with its own in-flight view")
@@ -80,6 +82,7 @@ Flags:
 	fs.BoolVar(&f.perWorker, "per-worker", false, "print one line per worker instead of per fleet group")
 	fs.DurationVar(&f.scrapeInterval, "scrape-interval", fleet.DefaultScrapeInterval, "how often each router replica stores every worker's scraped load, in virtual time (0 = never scrape)")
 	fs.StringVar(&f.table, "table", tableFull, "output: full (a report per policy, then a comparison) or compact (one comparison table with a scenario header)")
+	fs.DurationVar(&f.oracleAging, "oracle-aging", 0, "order the reference's (--oracle) queue shortest job first with aging, by arrival + this per 1,000 prompt tokens, instead of first come, first served (0); e.g. 3s")
 	fs.BoolVar(&f.saturation, "saturation", false, "instead of comparing policies, measure the fleet's saturation throughput for the workload (the reference scheduler, Poisson arrivals, bisection) and print it beside the capacity estimate")
 	f.shapeFlags.register(fs)
 	return fs
@@ -102,6 +105,9 @@ func (f *simFlags) validate() error {
 	}
 	if f.routers < 1 {
 		errs = append(errs, errors.New("--routers must be at least 1"))
+	}
+	if f.oracleAging < 0 {
+		errs = append(errs, errors.New("--oracle-aging must not be negative"))
 	}
 	if f.scrapeInterval < 0 {
 		errs = append(errs, errors.New("--scrape-interval must not be negative"))
@@ -198,12 +204,13 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	samples := make([]report.Sample, len(reqs))
 	weights := fleet.CapacityWeights(spec, reqs)
+	fmt.Fprintf(stderr, "sluice-bench simulate: endpoint weights (capacity-proportional, as an operator would write them):%s\n", groupWeights(spec, weights))
 	for _, pr := range rows {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "sluice-bench simulate: interrupted")
 			return exitInterrupted
 		}
-		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights}
+		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights, OracleAging: f.oracleAging / 1000}
 		if !opts.Oracle {
 			for replica := range f.routers {
 				p, err := newSeededPicker(reg, pr.name, pr.params, f.seed, replica)
@@ -493,4 +500,18 @@ func newSeededPicker(reg *policies.Registry, name string, params map[string]any,
 		}
 	}
 	return reg.New(name, params)
+}
+
+// groupWeights formats one weight per fleet group, as " PROFILE W,...".
+func groupWeights(spec fleet.Spec, weights []int) string {
+	var b strings.Builder
+	w := 0
+	for i, g := range spec {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " %s %d", g.Profile.Name, weights[w])
+		w += g.Count
+	}
+	return b.String()
 }

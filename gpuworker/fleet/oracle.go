@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sluice-llm/sluice/gpuworker"
@@ -51,6 +53,7 @@ type oracle struct {
 	hashes  map[int][]uint64 // engine block hashes of queued requests
 	maxKV   int              // the largest worker's KV blocks
 	touched []int            // workers bound to in the current plan
+	scratch []int            // queue indices in planning order
 	now     int64            // ns, the time of the current plan
 
 	// Per-worker plan state, rebuilt at every plan.
@@ -161,10 +164,20 @@ func (o *oracle) startable(w int) bool {
 	return o.room[w] > 0 && o.seqs[w] < o.s.profiles[w].MaxNumSeqs && o.free[w] > 0
 }
 
-// scan plans the queue in arrival order until no worker has room.
+// scan plans the queue in arrival order (or by aged size, with
+// OracleAging) until no worker has room.
 func (o *oracle) scan() {
+	order := o.order()
+	n := len(o.queue) - o.head
+	if order != nil {
+		n = len(order)
+	}
 	scanned := 0
-	for i := o.head; i < len(o.queue) && scanned < scanLimit; i++ {
+	for k := 0; k < n && scanned < scanLimit; k++ {
+		i := o.head + k
+		if order != nil {
+			i = order[k]
+		}
 		id := o.queue[i]
 		if id < 0 {
 			continue
@@ -184,6 +197,27 @@ func (o *oracle) scan() {
 			return
 		}
 	}
+}
+
+// order returns the queue indices to plan sorted by arrival +
+// OracleAging x prompt, or nil for arrival order (the queue's own).
+func (o *oracle) order() []int {
+	if o.s.opts.OracleAging <= 0 {
+		return nil
+	}
+	o.scratch = o.scratch[:0]
+	for i := o.head; i < len(o.queue); i++ {
+		if o.queue[i] >= 0 {
+			o.scratch = append(o.scratch, i)
+		}
+	}
+	aging := float64(o.s.opts.OracleAging)
+	key := func(i int) float64 {
+		id := o.queue[i]
+		return float64(o.s.arrival[id]) + aging*float64(o.s.reqs[id].PromptTokens)
+	}
+	slices.SortStableFunc(o.scratch, func(a, b int) int { return cmp.Compare(key(a), key(b)) })
+	return o.scratch
 }
 
 func (o *oracle) anyStartable() bool {

@@ -80,3 +80,32 @@ func TestOracleLetsShortPromptsPass(t *testing.T) {
 	assert.Less(t, short.TTFT, 300*time.Millisecond)
 	assert.Greater(t, last.TTFT, time.Second, "the long prompts queue")
 }
+
+// With aging, the reference serves a burst's short prompts before the long
+// ones that arrived with them; first come, first served it does not.
+func TestOracleAging(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b")
+	var reqs []workload.Request
+	for i := range 60 {
+		p := 8000
+		if i%2 == 1 {
+			p = 200
+		}
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * time.Millisecond, PromptTokens: p, OutputTokens: 4})
+	}
+	meanShort := func(aging time.Duration) time.Duration {
+		res, err := Run(Options{Spec: spec, Oracle: true, OracleAging: aging}, reqs)
+		require.NoError(t, err)
+		var sum time.Duration
+		for i, o := range res.Requests {
+			require.True(t, o.OK, o.Err)
+			if i%2 == 1 {
+				sum += o.TTFT
+			}
+		}
+		return sum / 30
+	}
+	fifo, aged := meanShort(0), meanShort(time.Millisecond)
+	t.Logf("short prompts' mean TTFT: first come first served %v, aged %v", fifo, aged)
+	assert.Less(t, aged, fifo/3)
+}

@@ -31,9 +31,16 @@ type Options struct {
 	// Required unless Oracle is set; pass distinct Picker values, since a
 	// replica's policy state (a rotation, say) is its own.
 	Pickers []policies.Picker
-	// Oracle replaces routing by the ideal central scheduler (see
+	// Oracle replaces routing by the reference central scheduler (see
 	// oracle.go); Pickers is then ignored.
 	Oracle bool
+	// OracleAging, when positive, orders the reference's queue shortest
+	// job first with aging instead of first come, first served: by
+	// arrival + OracleAging x prompt tokens, so a prompt 1,000 tokens
+	// longer waits up to 1,000 x OracleAging more. It shows what a queue
+	// that may reorder requests (admission control) can reach beyond any
+	// router that binds on arrival.
+	OracleAging time.Duration
 	// Model fills policies.Request.Model; default "sim".
 	Model string
 	// Weights holds each worker's relative weight (Endpoint.Weight), in

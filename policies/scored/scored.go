@@ -65,9 +65,10 @@ package scored
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
-	"sync/atomic"
+	"sync"
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
@@ -171,63 +172,50 @@ const (
 	DefaultCongestion = 0.25
 )
 
-type kind int
+// filterKind is one of the filters.
+type filterKind int
 
 const (
-	queueDepth kind = iota
-	inFlight
-	kvUsage
-	inFlightTokens
-	kvCache
-	throughput
-	prefix
-	session
-	ttft
+	queueDepthFilter filterKind = iota
+	inFlightFilter
+	kvUsageFilter
 )
 
-func filterKind(name string) (kind, bool) {
+func parseFilter(name string) (filterKind, bool) {
 	switch name {
 	case "queue_depth":
-		return queueDepth, true
+		return queueDepthFilter, true
 	case "kv_usage":
-		return kvUsage, true
+		return kvUsageFilter, true
 	case "in_flight":
-		return inFlight, true
-	}
-	return 0, false
-}
-
-func scorerKind(name string) (kind, bool) {
-	switch name {
-	case "queue_depth":
-		return queueDepth, true
-	case "in_flight_tokens":
-		return inFlightTokens, true
-	case "kv_cache":
-		return kvCache, true
-	case "throughput":
-		return throughput, true
-	case "prefix":
-		return prefix, true
-	case "session":
-		return session, true
-	case "ttft":
-		return ttft, true
+		return inFlightFilter, true
 	}
 	return 0, false
 }
 
 type filter struct {
-	kind kind
+	kind filterKind
 	max  float64
 }
 
-type scorer struct {
-	kind   kind
+// keep reports whether e passes f.
+func (f filter) keep(e *backends.Endpoint) bool {
+	switch f.kind {
+	case queueDepthFilter:
+		return float64(policies.QueueDepth(e)) <= f.max
+	case inFlightFilter:
+		return float64(e.InFlight()) <= f.max
+	case kvUsageFilter:
+		l := e.Load()
+		return l == nil || l.KVUsage < 0 || l.KVUsage <= f.max
+	}
+	return true
+}
+
+// weightedScorer is a configured scorer and its weight.
+type weightedScorer struct {
+	scorer
 	weight float64
-	depth  int
-	// slack and congestion configure the ttft scorer (ScorerParams).
-	slack, congestion float64
 }
 
 // rnd is the randomness a Balancer draws from, once per pick.
@@ -237,16 +225,15 @@ type rnd interface{ Uint64() uint64 }
 type Balancer struct {
 	rnd       rnd
 	filters   []filter
-	scorers   []scorer
+	scorers   []weightedScorer
+	choosers  []chooser
 	random    bool
 	tol       float64
+	weightSum float64
 	sample    int
-	aff       *policies.Affinity
-	prefixes  *policies.PrefixTable
-	needsTTFT bool
-	// meanPrompt is a moving average of the prompts picked for, as the
-	// bits of a float64: the scale of the ttft scorer's slack.
-	meanPrompt atomic.Uint64
+	// picks recycles the per-pick state: passed to the scorers through an
+	// interface it would escape, one allocation per pick.
+	picks sync.Pool
 }
 
 var _ policies.Picker = (*Balancer)(nil)
@@ -260,9 +247,10 @@ func New(params map[string]any) (policies.Picker, error) {
 	if len(p.Scorers) == 0 {
 		p.Scorers = DefaultScorers()
 	}
-	b := &Balancer{rnd: policies.NewRand(p.Seed), tol: p.Tolerance, sample: p.Sample, aff: policies.NewAffinity(32)}
+	b := &Balancer{rnd: policies.NewRand(p.Seed), tol: p.Tolerance, sample: p.Sample}
+	b.picks.New = func() any { return new(pick) }
 	for i, f := range p.Filters {
-		k, ok := filterKind(f.Type)
+		k, ok := parseFilter(f.Type)
 		if !ok {
 			return nil, fmt.Errorf("params: filters[%d].type: unknown filter %q (want queue_depth, kv_usage or in_flight)", i, f.Type)
 		}
@@ -271,49 +259,22 @@ func New(params map[string]any) (policies.Picker, error) {
 		}
 		b.filters = append(b.filters, filter{k, f.Max})
 	}
-	for i, s := range p.Scorers {
-		k, ok := scorerKind(s.Type)
-		if !ok {
-			return nil, fmt.Errorf("params: scorers[%d].type: unknown scorer %q (want queue_depth, in_flight_tokens, kv_cache, throughput, ttft, prefix or session)", i, s.Type)
+	for i, sp := range p.Scorers {
+		sc, err := newScorer(sp)
+		if err != nil {
+			return nil, fmt.Errorf("params: scorers[%d]%w", i, err)
 		}
-		if s.Weight == 0 {
-			s.Weight = 1
+		if sp.Weight == 0 {
+			sp.Weight = 1
 		}
-		if !(s.Weight > 0) {
-			return nil, fmt.Errorf("params: scorers[%d].weight: want > 0, got %v", i, s.Weight)
+		if !(sp.Weight > 0) {
+			return nil, fmt.Errorf("params: scorers[%d].weight: want > 0, got %v", i, sp.Weight)
 		}
-		if s.Depth < 0 {
-			return nil, fmt.Errorf("params: scorers[%d].depth: want >= 1, got %d", i, s.Depth)
+		b.scorers = append(b.scorers, weightedScorer{sc, sp.Weight})
+		b.weightSum += sp.Weight
+		if c, ok := sc.(chooser); ok {
+			b.choosers = append(b.choosers, c)
 		}
-		if s.Depth != 0 && k != prefix {
-			return nil, fmt.Errorf("params: scorers[%d].depth: only the prefix scorer takes a depth", i)
-		}
-		if s.Depth == 0 {
-			s.Depth = maxPrefixDepth
-		}
-		if k == prefix {
-			b.prefixes = policies.NewPrefixTable(prefixTableBits)
-		}
-		sc := scorer{kind: k, weight: s.Weight, depth: s.Depth}
-		if k == ttft {
-			sc.slack, sc.congestion = DefaultSlack, DefaultCongestion
-			if s.Slack != nil {
-				sc.slack = *s.Slack
-			}
-			if s.Congestion != 0 {
-				sc.congestion = s.Congestion
-			}
-			if !(sc.slack >= 0) || math.IsInf(sc.slack, 0) {
-				return nil, fmt.Errorf("params: scorers[%d].slack: want >= 0, got %v", i, sc.slack)
-			}
-			if !(sc.congestion > 0) || math.IsInf(sc.congestion, 0) {
-				return nil, fmt.Errorf("params: scorers[%d].congestion: want > 0 seconds, got %v", i, s.Congestion)
-			}
-		} else if s.Slack != nil || s.Congestion != 0 {
-			return nil, fmt.Errorf("params: scorers[%d]: only the ttft scorer takes slack and congestion", i)
-		}
-		b.needsTTFT = b.needsTTFT || k == ttft
-		b.scorers = append(b.scorers, sc)
 	}
 	switch p.Picker {
 	case "", "max":
@@ -331,24 +292,52 @@ func New(params map[string]any) (policies.Picker, error) {
 	return b, nil
 }
 
-// stats are the candidates' extremes that scores are relative to, and the
-// endpoints owning the request's keys.
-type stats struct {
-	filtered             bool
-	maxQueue, maxTokens  int64
-	maxSpeed, meanSpeed  float64
-	minTTFT, meanPrefill float64
-	prompt               int64
-	prefixOwner, session *backends.Endpoint
-	// prefix holds the request's prefix hashes the prefix scorer reads;
-	// prefixDepth is how many of them prefixOwner was last sent, and
-	// cached the prompt tokens they cover, which the ttft scorer does not
-	// charge prefixOwner for.
-	prefix      []uint64
-	prefixDepth int
-	cached      int64
-	// meanPrompt is the Balancer's moving average of prompt sizes.
-	meanPrompt float64
+// newScorer builds one scorer from its params; an error's text continues
+// the field path "params: scorers[i]".
+func newScorer(sp ScorerParams) (scorer, error) {
+	if sp.Depth != 0 && sp.Type != "prefix" {
+		return nil, errors.New(".depth: only the prefix scorer takes a depth")
+	}
+	if (sp.Slack != nil || sp.Congestion != 0) && sp.Type != "ttft" {
+		return nil, errors.New(": only the ttft scorer takes slack and congestion")
+	}
+	switch sp.Type {
+	case "queue_depth":
+		return queueDepthScorer{}, nil
+	case "in_flight_tokens":
+		return inFlightTokensScorer{}, nil
+	case "kv_cache":
+		return kvCacheScorer{}, nil
+	case "throughput":
+		return throughputScorer{}, nil
+	case "ttft":
+		s := &ttftScorer{slack: DefaultSlack, congestion: DefaultCongestion}
+		if sp.Slack != nil {
+			s.slack = *sp.Slack
+		}
+		if sp.Congestion != 0 {
+			s.congestion = sp.Congestion
+		}
+		if !(s.slack >= 0) || math.IsInf(s.slack, 0) {
+			return nil, fmt.Errorf(".slack: want >= 0, got %v", s.slack)
+		}
+		if !(s.congestion > 0) || math.IsInf(s.congestion, 0) {
+			return nil, fmt.Errorf(".congestion: want > 0 seconds, got %v", sp.Congestion)
+		}
+		return s, nil
+	case "prefix":
+		if sp.Depth < 0 {
+			return nil, fmt.Errorf(".depth: want >= 1, got %d", sp.Depth)
+		}
+		depth := sp.Depth
+		if depth == 0 {
+			depth = maxPrefixDepth
+		}
+		return &prefixScorer{depth: depth, table: policies.NewPrefixTable(prefixTableBits)}, nil
+	case "session":
+		return &sessionScorer{aff: policies.NewAffinity(32)}, nil
+	}
+	return nil, fmt.Errorf(".type: unknown scorer %q (want queue_depth, in_flight_tokens, kv_cache, throughput, ttft, prefix or session)", sp.Type)
 }
 
 // Pick returns the best-scoring endpoint by the configured picker.
@@ -362,11 +351,14 @@ func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.
 	}
 	seed := b.rnd.Uint64()
 	k := b.sample
-	st := b.stats(r, eps, seed, k)
+	st := b.picks.Get().(*pick)
+	defer b.picks.Put(st)
+	*st = pick{}
+	b.observe(st, r, eps, seed, k)
 
 	// Score, tracking the best and, for weighted_random, choosing by
 	// weighted reservoir sampling in the same pass.
-	pick := policies.NewStream(^seed)
+	draw := policies.NewStream(^seed)
 	var chosen, best *backends.Endpoint
 	bestScore, total := 0.0, 0.0
 	s := policies.NewSample(seed, n, k)
@@ -375,22 +367,22 @@ func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.
 		if st.filtered && !b.keep(e) {
 			continue
 		}
-		v := b.score(e, &st)
+		v := b.score(e, st)
 		if best == nil || v > bestScore {
 			best, bestScore = e, v
 		}
 		if b.random {
 			total += v
-			if chosen == nil || (total > 0 && pick.Float64()*total < v) {
+			if chosen == nil || (total > 0 && draw.Float64()*total < v) {
 				chosen = e
 			}
 		}
 	}
 	if b.random {
-		return b.chose(chosen, &st), nil
+		return b.chose(chosen, st), nil
 	}
 	// Choose uniformly among the candidates within tolerance of the best.
-	limit := bestScore - b.tol*b.weightSum()
+	limit := bestScore - b.tol*b.weightSum
 	seen := 0
 	chosen = best
 	s = policies.NewSample(seed, n, k)
@@ -399,46 +391,26 @@ func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.
 		if st.filtered && !b.keep(e) {
 			continue
 		}
-		if b.score(e, &st) >= limit {
-			if seen++; seen == 1 || pick.IntN(seen) == 0 {
+		if b.score(e, st) >= limit {
+			if seen++; seen == 1 || draw.IntN(seen) == 0 {
 				chosen = e
 			}
 		}
 	}
-	return b.chose(chosen, &st), nil
+	return b.chose(chosen, st), nil
 }
 
-// chose records where the request's prefix went and the prompt's size,
-// and returns e.
-func (b *Balancer) chose(e *backends.Endpoint, st *stats) *backends.Endpoint {
-	if len(st.prefix) > 0 {
-		b.prefixes.RecordPrefixes(st.prefix, e)
-	}
-	if b.needsTTFT && st.prompt > 0 {
-		old := st.meanPrompt
-		next := float64(st.prompt)
-		if old > 0 {
-			next = old + (next-old)/meanPromptWindow
-		}
-		b.meanPrompt.CompareAndSwap(math.Float64bits(old), math.Float64bits(next)) // a lost race drops one sample
+// chose tells the scorers that learn from choices, and returns e.
+func (b *Balancer) chose(e *backends.Endpoint, st *pick) *backends.Endpoint {
+	for _, c := range b.choosers {
+		c.chose(st, e)
 	}
 	return e
 }
 
-// meanPromptWindow is the number of picks the prompt-size average spans.
-const meanPromptWindow = 256
-
-func (b *Balancer) weightSum() float64 {
-	var w float64
-	for _, s := range b.scorers {
-		w += s.weight
-	}
-	return w
-}
-
-// stats makes the first pass over the candidates.
-func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uint64, k int) stats {
-	var st stats
+// observe makes the first pass over the candidates: whether any passes the
+// filters, then each scorer's prepare, observe and finish.
+func (b *Balancer) observe(st *pick, r *policies.Request, eps []*backends.Endpoint, seed uint64, k int) {
 	if len(b.filters) > 0 {
 		s := policies.NewSample(seed, len(eps), k)
 		for i, ok := s.Next(); ok; i, ok = s.Next() {
@@ -449,23 +421,7 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 		}
 	}
 	for _, sc := range b.scorers {
-		switch {
-		case sc.kind == prefix && len(r.PrefixHashes) > 0:
-			st.prefix = r.PrefixHashes[:min(sc.depth, len(r.PrefixHashes))]
-			st.prefixOwner, st.prefixDepth = b.prefixes.LongestPrefix(st.prefix)
-			st.cached = min(int64(st.prefixDepth)*int64(max(r.PrefixChunkTokens, 0)), int64(max(r.PromptTokens, 0)))
-		case sc.kind == session && r.SessionKey != "":
-			st.session = eps[b.aff.Owner(eps, policies.HashString(r.SessionKey))]
-		}
-	}
-	var known, sum, pknown, psum float64
-	// For ttft: the shortest expected TTFT among measured candidates, and
-	// the smallest backlog among unmeasured ones (timed at the mean rate
-	// once it is known), so one pass finds the shortest.
-	minTimed, minUntimed := math.Inf(1), math.Inf(1)
-	if b.needsTTFT {
-		st.prompt = int64(max(r.PromptTokens, 0))
-		st.meanPrompt = math.Float64frombits(b.meanPrompt.Load())
+		sc.prepare(st, r, eps)
 	}
 	s := policies.NewSample(seed, len(eps), k)
 	for i, ok := s.Next(); ok; i, ok = s.Next() {
@@ -473,148 +429,30 @@ func (b *Balancer) stats(r *policies.Request, eps []*backends.Endpoint, seed uin
 		if st.filtered && !b.keep(e) {
 			continue
 		}
-		st.maxQueue = max(st.maxQueue, policies.QueueDepth(e))
-		st.maxTokens = max(st.maxTokens, e.InFlightTokens())
-		if v := e.TokensPerSec(); v > 0 {
-			st.maxSpeed = max(st.maxSpeed, v)
-			known++
-			sum += v
-		}
-		if b.needsTTFT {
-			backlog := prefillBacklog(e, &st)
-			if v := e.PrefillTokensPerSec(); v > 0 {
-				pknown++
-				psum += v
-				minTimed = min(minTimed, backlog/v)
-			} else {
-				minUntimed = min(minUntimed, backlog)
-			}
+		for _, sc := range b.scorers {
+			sc.observe(st, e)
 		}
 	}
-	if known > 0 {
-		st.meanSpeed = sum / known
+	for _, sc := range b.scorers {
+		sc.finish(st)
 	}
-	if b.needsTTFT {
-		st.meanPrefill = 1 // nothing measured: rank by prefill backlog alone
-		if pknown > 0 {
-			st.meanPrefill = psum / pknown
-		}
-		st.minTTFT = min(minTimed, minUntimed/st.meanPrefill)
-	}
-	return st
-}
-
-// expectedTTFT estimates the request's time to first token on e: the prompt
-// tokens to prefill before it (policies.PrefillBacklog) over e's measured
-// prefill rate, or the candidates' mean rate while e has none.
-func expectedTTFT(e *backends.Endpoint, st *stats) float64 {
-	rate := e.PrefillTokensPerSec()
-	if rate == 0 {
-		rate = st.meanPrefill
-	}
-	return prefillBacklog(e, st) / rate
-}
-
-// prefillBacklog is policies.PrefillBacklog less, on the endpoint holding
-// the request's longest known prefix, the prompt tokens that prefix covers.
-func prefillBacklog(e *backends.Endpoint, st *stats) float64 {
-	v := policies.PrefillBacklog(e, st.prompt)
-	if e == st.prefixOwner {
-		v -= float64(st.cached)
-	}
-	return v
-}
-
-// rateTTFT is the ttft scorer's rating of an endpoint where the request's
-// expected TTFT is est seconds. Uncongested (the quickest candidate's
-// expected TTFT m at most the congestion threshold) it is (m+1)/(est+1).
-// Congested, the request may start up to budget = m x (1 + slack x
-// prompt/mean prompt) seconds: a candidate within the budget rates
-// 0.5 + 0.5 x est/budget, so the fullest one that still meets it wins, and
-// one past it half its uncongested rating. Under a burst this keeps the
-// least loaded endpoints for the requests that need them, the short ones,
-// while long ones, whose own prefill dwarfs a wait, take the later slots;
-// it acts as a shortest-job-first order with aging would in one queue, on
-// endpoints that serve their own queues first come first served. Measured
-// on the Azure code trace at 0.8 x capacity over H100s and L4s it halves
-// the median TTFT and doubles goodput against balancing the expected TTFT
-// alone, for a p99 still under every baseline's.
-func (s scorer) rateTTFT(est float64, st *stats) float64 {
-	m := st.minTTFT
-	x := (m + ttftScale) / (est + ttftScale)
-	if s.slack == 0 || m <= s.congestion || st.meanPrompt <= 0 {
-		return x
-	}
-	budget := m * (1 + s.slack*float64(st.prompt)/st.meanPrompt)
-	if est <= budget {
-		return 0.5 + 0.5*est/budget
-	}
-	return 0.5 * x
 }
 
 // keep reports whether e passes every filter.
 func (b *Balancer) keep(e *backends.Endpoint) bool {
 	for _, f := range b.filters {
-		switch f.kind {
-		case queueDepth:
-			if float64(policies.QueueDepth(e)) > f.max {
-				return false
-			}
-		case inFlight:
-			if float64(e.InFlight()) > f.max {
-				return false
-			}
-		case kvUsage:
-			if l := e.Load(); l != nil && l.KVUsage >= 0 && l.KVUsage > f.max {
-				return false
-			}
+		if !f.keep(e) {
+			return false
 		}
 	}
 	return true
 }
 
 // score is e's weighted sum of ratings.
-func (b *Balancer) score(e *backends.Endpoint, st *stats) float64 {
+func (b *Balancer) score(e *backends.Endpoint, st *pick) float64 {
 	var v float64
 	for _, s := range b.scorers {
-		var x float64
-		switch s.kind {
-		case queueDepth:
-			x = 1
-			if st.maxQueue > 0 {
-				x = 1 - float64(policies.QueueDepth(e))/float64(st.maxQueue)
-			}
-		case inFlightTokens:
-			x = 1
-			if st.maxTokens > 0 {
-				x = 1 - float64(e.InFlightTokens())/float64(st.maxTokens)
-			}
-		case kvCache:
-			x = 0.5
-			if l := e.Load(); l != nil && l.KVUsage >= 0 {
-				x = 1 - min(l.KVUsage, 1)
-			}
-		case throughput:
-			x = 1
-			if st.maxSpeed > 0 {
-				sp := e.TokensPerSec()
-				if sp == 0 {
-					sp = st.meanSpeed
-				}
-				x = min(sp/st.maxSpeed, 1)
-			}
-		case ttft:
-			x = s.rateTTFT(expectedTTFT(e, st), st)
-		case prefix:
-			if e == st.prefixOwner {
-				x = float64(st.prefixDepth) / float64(len(st.prefix))
-			}
-		case session:
-			if e == st.session {
-				x = 1
-			}
-		}
-		v += s.weight * max(x, 0)
+		v += s.weight * max(s.rate(st, e), 0)
 	}
 	return v
 }
