@@ -132,8 +132,10 @@ func newShape(reqs []workload.Request, hit float64) shape {
 //     fill every step's token budget, so each request costs
 //     (fresh+output)/budget full steps (the old prefill-heavy estimate).
 //   - Smooth (a*fresh/g >= 1, g = min(fresh, chunk) the largest piece of
-//     one prompt a step takes): every step carries B decodes and a*fresh
-//     prompt tokens, so a request costs one such step over a.
+//     one prompt a step takes): steps carry B decodes and the prompts of
+//     the requests admitted as others finish, Poisson-like a per step, so
+//     a share e^-a of them decode only (memory-bound when B's contexts are
+//     long) and the others carry a*fresh/(1-e^-a) prompt tokens.
 //   - Lumpy (fewer than one piece per step: long prompts, KV-bound B): a
 //     share a*fresh/g of the steps carry a g-token piece of a prompt, the
 //     rest decode only; their memory-bound time is not hidden by the
@@ -178,8 +180,14 @@ func workerCapacity(p gpuworker.Profile, m shape) float64 {
 	case a*m.fresh > chunk:
 		decodes := math.Min(b, budget*m.output/held)
 		perReq = held / budget * step(decodes, budget-decodes)
-	case m.fresh == 0 || a*m.fresh/g >= 1:
-		perReq = step(b, a*m.fresh) / a
+	case m.fresh == 0:
+		perReq = step(b, 0) / a
+	case a*m.fresh/g >= 1:
+		// Admissions follow completions, a Poisson-like a per step: a
+		// share e^-a of the steps admit nothing and decode only, and the
+		// others carry the prompts in proportion.
+		empty := math.Exp(-a)
+		perReq = (empty*step(b, 0) + (1-empty)*step(b, a*m.fresh/(1-empty))) / a
 	default:
 		share := a * m.fresh / g
 		perReq = (share*step(b, g) + (1-share)*step(b, 0)) / a
