@@ -126,20 +126,19 @@ func newShape(reqs []workload.Request, hit float64) shape {
 // runs B sequences (as many as MaxNumSeqs and the KV cache allow, at held
 // prompt + output tokens each: a hot prefix is held once for all) and
 // admits a = B/output new requests per step as others finish.
-// Three regimes, as vLLM's scheduler behaves:
+// Two regimes, as vLLM's scheduler behaves:
 //
 //   - Budget-bound (a*fresh > chunk, chunk = budget-B): waiting prompts
 //     fill every step's token budget, so each request costs
 //     (fresh+output)/budget full steps (the old prefill-heavy estimate).
-//   - Smooth (a*fresh/g >= 1, g = min(fresh, chunk) the largest piece of
-//     one prompt a step takes): steps carry B decodes and the prompts of
-//     the requests admitted as others finish, Poisson-like a per step, so
-//     a share e^-a of them decode only (memory-bound when B's contexts are
-//     long) and the others carry a*fresh/(1-e^-a) prompt tokens.
-//   - Lumpy (fewer than one piece per step: long prompts, KV-bound B): a
-//     share a*fresh/g of the steps carry a g-token piece of a prompt, the
-//     rest decode only; their memory-bound time is not hidden by the
-//     prefill's compute.
+//   - Admission-bound: prompts are admitted as others finish, in pieces
+//     of g = min(fresh, chunk) tokens (the most of one prompt a step
+//     takes), Poisson-like at a*fresh/g pieces per step. Of a request's
+//     1/a steps, those that carry its prompt (fresh over a carrying
+//     step's pieces) run B decodes and the pieces; the rest decode only,
+//     memory-bound when B's contexts are long: many small prompts per
+//     step when they are short and completions frequent (a system
+//     prompt's requests), one long prompt every few steps otherwise.
 //
 // Steps are timed by the roofline (StepDuration) at the batch's mean
 // context, with each piece's attention work. Ignoring the lumps (spreading
@@ -182,15 +181,15 @@ func workerCapacity(p gpuworker.Profile, m shape) float64 {
 		perReq = held / budget * step(decodes, budget-decodes)
 	case m.fresh == 0:
 		perReq = step(b, 0) / a
-	case a*m.fresh/g >= 1:
-		// Admissions follow completions, a Poisson-like a per step: a
-		// share e^-a of the steps admit nothing and decode only, and the
-		// others carry the prompts in proportion.
-		empty := math.Exp(-a)
-		perReq = (empty*step(b, 0) + (1-empty)*step(b, a*m.fresh/(1-empty))) / a
 	default:
-		share := a * m.fresh / g
-		perReq = (share*step(b, g) + (1-share)*step(b, 0)) / a
+		// Prompts arrive in pieces of g tokens, Poisson-like at lumps per
+		// step, so a step that carries any carries lumps/(1-e^-lumps)
+		// pieces (at most a chunk). Per request that is fresh/x such
+		// steps; the rest of its 1/a steps decode only.
+		lumps := a * m.fresh / g
+		x := math.Min(chunk, g*lumps/-math.Expm1(-lumps))
+		carrying := m.fresh / x
+		perReq = carrying*step(b, x) + math.Max(0, 1/a-carrying)*step(b, 0)
 	}
 	if perReq <= 0 {
 		return math.Inf(1)
@@ -231,7 +230,7 @@ func CapacityWeights(spec Spec, reqs []workload.Request) []int {
 }
 
 // hitSample caps the requests ReferenceHitRatio simulates.
-const hitSample = 20_000
+const hitSample = 100_000
 
 // ReferenceHitRatio is the share of prompt tokens that the reference
 // scheduler (Options.Oracle) finds in the workers' prefix caches when it

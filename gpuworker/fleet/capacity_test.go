@@ -45,6 +45,9 @@ func TestEstimateCapacityMatchesSaturation(t *testing.T) {
 		{"prefill heavy", "h100-llama3-8b", 3000, workload.LengthDist{Mean: 2048, Sigma: 0.8, Max: 7437}, workload.LengthDist{Mean: 28, Sigma: 0.9, Max: 1900}},
 		{"prefill heavy on L4", "l4-llama3-8b", 600, workload.LengthDist{Mean: 2048, Sigma: 0.8, Max: 7437}, workload.LengthDist{Mean: 28, Sigma: 0.9, Max: 1900}},
 		{"long prompts", "h100-llama3-8b", 400, workload.LengthDist{Mean: 15000, Sigma: 0.8, Max: 120000}, workload.LengthDist{Mean: 150, Sigma: 0.8, Max: 900}},
+		// Conversation-like: KV-bound batches whose prompts arrive a few
+		// per step, many steps decode only.
+		{"KV-bound chat", "h100-llama3-8b", 4000, workload.LengthDist{Mean: 1400, Sigma: 0.8, Max: 8000}, workload.LengthDist{Mean: 250, Sigma: 0.6, Max: 2048}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
