@@ -64,16 +64,7 @@ func Synthetic(opts SyntheticOptions) ([]Request, error) {
 
 // validate reports every bad option at once.
 func (o SyntheticOptions) validate() error {
-	var errs []error
-	if !(o.Rate > 0) || math.IsInf(o.Rate, 0) {
-		errs = append(errs, fmt.Errorf("rate %v must be a positive number", o.Rate))
-	}
-	if o.Duration < 0 || o.Count < 0 {
-		errs = append(errs, errors.New("duration and count must not be negative"))
-	}
-	if o.Duration == 0 && o.Count == 0 {
-		errs = append(errs, errors.New("set a duration or a count"))
-	}
+	errs := bounds{o.Rate, o.Duration, o.Count}.validate()
 	if err := o.Prompt.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("prompt: %w", err))
 	}
