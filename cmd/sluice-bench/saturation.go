@@ -185,9 +185,7 @@ func poissonRetime(reqs []workload.Request, rate float64, seed uint64) []workloa
 			offset = max(offset, id+1)
 		}
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x5a7_0a7e))
 	out := make([]workload.Request, n)
-	var at time.Duration
 	for i := range out {
 		r := reqs[i%len(reqs)]
 		if rep := i / len(reqs); rep > 0 && r.HashIDs != nil {
@@ -197,11 +195,9 @@ func poissonRetime(reqs []workload.Request, rate float64, seed uint64) []workloa
 			}
 			r.HashIDs = ids
 		}
-		r.Arrival = at
 		out[i] = r
-		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
 	}
-	return out
+	return workload.Retime(out, rate, rand.NewPCG(seed, 0x5a7_0a7e))
 }
 
 // write prints the measurement.

@@ -3,7 +3,6 @@ package fleet
 import (
 	"math"
 	"math/rand/v2"
-	"time"
 
 	"github.com/sluice-llm/sluice/gpuworker"
 	"github.com/sluice-llm/sluice/gpuworker/workload"
@@ -256,11 +255,5 @@ func retimeAt(spec Spec, reqs []workload.Request) []workload.Request {
 	if !(rate > 0) || math.IsInf(rate, 0) {
 		return nil
 	}
-	rng := rand.New(rand.NewPCG(1, 0x4817))
-	var at time.Duration
-	for i := range reqs {
-		reqs[i].Arrival = at
-		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
-	}
-	return reqs
+	return workload.Retime(reqs, rate, rand.NewPCG(1, 0x4817))
 }

@@ -274,13 +274,13 @@ func (o *oracle) prefill(w, n, h int) float64 {
 func (o *oracle) bind(i, id, w, n, need int) {
 	o.queue[i] = -1
 	o.waiting--
-	delete(o.hashes, id)
 	o.room[w] -= n
 	o.free[w] -= need
 	o.seqs[w]++
 	o.touched = append(o.touched, w)
 	o.s.out[id].Held = time.Duration(o.now - o.s.arrival[id])
-	o.s.place(id, w)
+	o.s.place(id, w, o.hashes[id])
+	delete(o.hashes, id)
 }
 
 // compact drops bound entries from the front of the queue, and rebuilds it

@@ -252,21 +252,24 @@ func (s *sim) arrive(id int) error {
 // submit hands request id to worker w at now, and starts the engine if it
 // was idle.
 func (s *sim) submit(id, w int, now int64) error {
-	if !s.place(id, w) || s.heap.pos[w] >= 0 {
+	if !s.place(id, w, nil) || s.heap.pos[w] >= 0 {
 		return nil
 	}
 	return s.step(w, now)
 }
 
 // place hands request id to worker w's engine and reports whether the
-// engine took it; a refusal is recorded as the request's outcome.
-func (s *sim) place(id, w int) bool {
+// engine took it; a refusal is recorded as the request's outcome. hashes
+// are the prompt's engine block hashes when the caller has them already,
+// else nil.
+func (s *sim) place(id, w int, hashes []uint64) bool {
 	r := &s.reqs[id]
 	s.out[id].Worker = w
 	s.dispatch[w]++
 	s.changed(w)
 	req := gpuworker.Request{ID: uint64(id), PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens}
-	if r.HashIDs != nil {
+	req.BlockHashes = hashes
+	if hashes == nil && r.HashIDs != nil {
 		req.BlockHashes = gpuworker.HashIDBlocks(r.HashIDs, r.PromptTokens)
 	}
 	if err := s.engines[w].Submit(req); err != nil {

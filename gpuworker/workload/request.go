@@ -2,6 +2,7 @@ package workload
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -116,4 +117,18 @@ func Summarize(reqs []Request) Summary {
 		s.RatePerSec = float64(len(reqs)) / s.Duration.Seconds()
 	}
 	return s
+}
+
+// Retime gives reqs, in place and in order, Poisson arrivals at rate per
+// second drawn from src, the first at 0, and returns reqs: the same
+// requests offered at another rate with the trace's own burstiness
+// replaced by Poisson's.
+func Retime(reqs []Request, rate float64, src rand.Source) []Request {
+	rng := rand.New(src)
+	var at time.Duration
+	for i := range reqs {
+		reqs[i].Arrival = at
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+	}
+	return reqs
 }
