@@ -21,6 +21,9 @@ type Endpoint struct {
 	// downUntil is the Unix-nanosecond time until which the endpoint is held
 	// out of routing after a failure to connect; 0 means available.
 	downUntil atomic.Int64
+	// authorization is the Authorization header value sent to the backend
+	// (its own API key), empty for none; a reload may change it.
+	authorization atomic.Pointer[string]
 
 	sig signals
 }
@@ -40,6 +43,25 @@ func NewEndpoint(rawURL string, weight int) (*Endpoint, error) {
 		weight = 1
 	}
 	return &Endpoint{url: u, addr: u.String(), weight: weight}, nil
+}
+
+// SetAPIKey sets the key the router presents to the backend as a bearer
+// token; empty means none.
+func (e *Endpoint) SetAPIKey(key string) {
+	v := ""
+	if key != "" {
+		v = "Bearer " + key
+	}
+	e.authorization.Store(&v)
+}
+
+// Authorization is the Authorization header value for the backend, empty
+// when it has no key.
+func (e *Endpoint) Authorization() string {
+	if p := e.authorization.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // URL is the endpoint's base URL. Callers must not modify it.

@@ -137,7 +137,7 @@ func (e *Endpoint) PrefillTokensPerSec() float64 {
 
 // ObservePrefill folds one answer's time to first token into the
 // prefill-rate estimate: ahead is the prompt tokens the endpoint had queued
-// before the request when it was sent (policies.PrefillAhead), prompt its own
+// before the request when it was sent (PrefillAhead), prompt its own
 // prompt tokens.
 //
 // An engine prefills in arrival order, so by the request's first token it

@@ -27,6 +27,14 @@ type Config struct {
 	SessionHeader string `yaml:"session_header"`
 	// Models lists the served models, each with its own backend pool. At least one.
 	Models []Model `yaml:"models"`
+	// Tiers are the named quota tiers tenants refer to. Optional, but
+	// required when Tenants is set.
+	Tiers []Tier `yaml:"tiers"`
+	// Tenants are the clients allowed to call the router, each with its API
+	// key hashes and tier. Optional.
+	Tenants []Tenant `yaml:"tenants"`
+	// Limits configures the store that tenants' counters live in.
+	Limits LimitStore `yaml:"limits"`
 }
 
 // Upstream tunes how the router talks to backends.
@@ -85,6 +93,14 @@ type Backend struct {
 	URL string `yaml:"url"`
 	// Weight is the relative share for weighted policies. Default 1.
 	Weight int `yaml:"weight"`
+	// APIKey is the key Sluice presents to this backend (Authorization:
+	// Bearer), for servers started with one (vLLM's --api-key). Clients'
+	// own keys never reach a backend. Default none.
+	APIKey string `yaml:"api_key"`
+	// APIKeyEnv names an environment variable holding the key instead, so
+	// it stays out of the file; read at start and on every reload. At most
+	// one of api_key and api_key_env.
+	APIKeyEnv string `yaml:"api_key_env"`
 }
 
 // Duration is a time.Duration written in YAML as a Go duration string ("250ms").

@@ -155,10 +155,24 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(minimal))
 	f.Add([]byte("models: [{name: a, backends: [{url: 'http://x:1'}]}]"))
 	f.Add([]byte("upstream: {retries: -1}"))
+	f.Add([]byte("models: [{name: a, backends: [{url: 'http://x:1'}]}]\ntiers: [{name: t, requests_per_minute: 5}]\n" +
+		"tenants: [{name: n, tier: t, api_keys: ['sha256:" + freeHash + "'], overrides: {requests_burst: 2}}]"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := Parse(b)
 		if err == nil && (len(c.Models) == 0 || c.Upstream.Retries == nil) {
 			t.Fatalf("accepted an invalid config: %+v", c)
+		}
+		if err != nil {
+			return
+		}
+		for _, tn := range c.Tenants {
+			tier, ok := c.Tier(tn.Tier)
+			if !ok || len(tn.APIKeys) == 0 {
+				t.Fatalf("accepted a tenant without a tier or keys: %+v", tn)
+			}
+			if q := tier.Effective(tn.Overrides).Quota; q.RequestsPerMinute > 0 && q.RequestsBurst < 1 {
+				t.Fatalf("accepted a rate without a burst: %+v", q)
+			}
 		}
 	})
 }

@@ -17,13 +17,25 @@ const (
 	DefaultScrapePath            = "/metrics"
 	// MinScrapeInterval is the shortest scrape interval allowed.
 	MinScrapeInterval = 10 * time.Millisecond
+	DefaultMaxTokens  = 1024
+	// DefaultLimitTimeout bounds each call to the limit store's Redis;
+	// MinLimitTimeout and MaxLimitTimeout bound the setting.
+	DefaultLimitTimeout = 50 * time.Millisecond
+	MinLimitTimeout     = time.Millisecond
+	MaxLimitTimeout     = 5 * time.Second
+	// DefaultLeaseTTL is how long an unreleased concurrency slot counts;
+	// MinLeaseTTL is the shortest allowed.
+	DefaultLeaseTTL  = 10 * time.Minute
+	MinLeaseTTL      = time.Second
+	DefaultKeyPrefix = "sluice"
 )
 
 // DefaultScrapeTimeout is the scrape timeout for an interval: 80% of it.
 func DefaultScrapeTimeout(interval time.Duration) time.Duration { return interval * 4 / 5 }
 
 // ApplyDefaults fills every empty field with its documented default. It is the
-// one place defaults are set.
+// one place defaults are set; applyTenantDefaults, which it calls, holds the
+// part for tiers, tenants and the limit store.
 func (c *Config) ApplyDefaults() {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
@@ -73,4 +85,5 @@ func (c *Config) ApplyDefaults() {
 			}
 		}
 	}
+	c.applyTenantDefaults() // tiers, tenants' overrides, limits (tenants.go)
 }

@@ -87,8 +87,12 @@ func (c *Config) Validate() error {
 			if b.Weight < 0 {
 				bad(bp+".weight", "must be positive, got %d", b.Weight)
 			}
+			if b.APIKey != "" && b.APIKeyEnv != "" {
+				bad(bp+".api_key_env", "set api_key or api_key_env, not both")
+			}
 		}
 	}
+	c.validateTenants(bad) // tiers, tenants, limits (tenants.go)
 	return errors.Join(errs...)
 }
 

@@ -34,10 +34,13 @@ done
 wait_for http://127.0.0.1:8080/readyz || true
 cat <<MSG
 
-Sluice is up on http://127.0.0.1:8080 in front of 4 simulated GPU workers. Try:
-  curl -s http://127.0.0.1:8080/v1/models
-  curl -sN http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
+Sluice is up on http://127.0.0.1:8080 in front of 4 simulated GPU workers.
+Demo tenants (configs/demo.yaml): sk-demo-free (60 requests/min), sk-demo-pro, sk-demo-enterprise. Try:
+  curl -s http://127.0.0.1:8080/v1/models -H 'Authorization: Bearer sk-demo-free'
+  curl -sN http://127.0.0.1:8080/v1/chat/completions -H 'Authorization: Bearer sk-demo-free' \\
+    -H 'Content-Type: application/json' \\
     -d '{"model":"$MODEL","stream":true,"messages":[{"role":"user","content":"Hello!"}]}'
+or any OpenAI client: OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_API_KEY=sk-demo-free
 Ctrl-C stops everything.
 
 MSG

@@ -33,6 +33,12 @@ type Request struct {
 	// PrefixHashes covers, so that a policy can tell how much prefill a
 	// cached prefix saves. Zero when unknown.
 	PrefixChunkTokens int
+	// Tenant names the tenant the request came from, Tier its quota tier
+	// and Priority the tier's priority (higher first); empty and zero when
+	// no tenants are configured.
+	Tenant   string
+	Tier     string
+	Priority int
 }
 
 // DefaultExpectedOutput is the output length assumed for a request that

@@ -43,33 +43,9 @@ func TwoChoices(seed uint64, eps []*backends.Endpoint) (*backends.Endpoint, erro
 	return eps[i], nil
 }
 
-// PrefillAhead is the prompt tokens e must prefill before it can start on a
-// new request with prompt tokens: the prompts this replica has sent there
-// without a first token yet (backends.Endpoint.PendingPromptTokens) and,
-// when a fresh scrape shows more requests waiting in the engine than this
-// replica has pending there (other replicas' prompts), that surplus at the
-// mean size of the prompts this replica has sent there (this prompt's size
-// before the first). Running requests are not counted: they are past their
-// prefill or in it, and the measured prefill rate already reflects the
-// decode work they add to each step. Record it when a request is sent and
-// pass it to backends.Endpoint.ObservePrefill, so that the measured rate and
-// the backlog it divides count the same tokens.
-func PrefillAhead(e *backends.Endpoint, prompt int64) int64 {
-	own := e.PendingPromptTokens()
-	l := e.Load()
-	if l == nil {
-		return own
-	}
-	others := int64(l.Waiting) - e.PendingRequests()
-	if others <= 0 {
-		return own
-	}
-	mean := e.MeanPrompt()
-	if mean == 0 {
-		mean = float64(prompt)
-	}
-	return own + int64(float64(others)*mean)
-}
+// PrefillAhead is backends.Endpoint.PrefillAhead: the prompt tokens e must
+// prefill before it can start on a new request with prompt tokens.
+func PrefillAhead(e *backends.Endpoint, prompt int64) int64 { return e.PrefillAhead(prompt) }
 
 // PrefillBacklog is PrefillAhead plus the new prompt itself: the tokens to
 // prefill before the request's first token on e. Divided by the endpoint's

@@ -1,16 +1,24 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/router/auth"
 )
 
 // Error types as OpenAI names them.
 const (
-	typeInvalidRequest = "invalid_request_error"
-	typeServer         = "server_error"
+	typeInvalidRequest    = "invalid_request_error"
+	typeServer            = "server_error"
+	typeRateLimit         = "requests"
+	typeInsufficientQuota = "insufficient_quota"
 )
 
 // APIError is an error a client sees: an HTTP status and an OpenAI-shaped
@@ -46,6 +54,7 @@ func writeError(w http.ResponseWriter, e *APIError) {
 	if e.RetryAfter > 0 {
 		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.Set("Retry-After-Ms", strconv.FormatInt(int64((e.RetryAfter+time.Millisecond-1)/time.Millisecond), 10))
 	}
 	body := errorBody{Error: errorFields{Message: e.Message, Type: e.Type}}
 	if e.Param != "" {
@@ -60,4 +69,129 @@ func writeError(w http.ResponseWriter, e *APIError) {
 
 func badRequest(param, code, msg string) *APIError {
 	return &APIError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: code, Message: msg}
+}
+
+// modelNotFoundError is a model that is not served, or not to this tenant.
+type modelNotFoundError struct{ model string }
+
+func (e *modelNotFoundError) Error() string { return "model not found: " + e.model }
+
+// upstreamError is an attempt that failed before anything was relayed;
+// err is for the log only, never shown to the client.
+type upstreamError struct {
+	class backends.ErrorClass
+	err   error
+}
+
+func (e *upstreamError) Error() string {
+	if e.err == nil {
+		return "upstream " + e.class.String()
+	}
+	return "upstream " + e.class.String() + ": " + e.err.Error()
+}
+
+func (e *upstreamError) Unwrap() error { return e.err }
+
+// noBackendError is a model none of whose endpoints is in routing.
+type noBackendError struct{ retryAfter time.Duration }
+
+func (e *noBackendError) Error() string { return "no backend available" }
+
+// maxEcho bounds how much of a client's input an error message repeats.
+const maxEcho = 256
+
+func echo(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	cut := maxEcho
+	for cut > 0 && s[cut]&0xC0 == 0x80 { // do not split a UTF-8 sequence
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// errorFor is the one place a pipeline error becomes what the client sees:
+// a status and an OpenAI-shaped body. Transport error text never reaches
+// the client.
+func errorFor(err error) *APIError {
+	var (
+		apiErr   *APIError
+		notFound *modelNotFoundError
+		reject   *quota.RejectError
+		upstream *upstreamError
+		noBack   *noBackendError
+	)
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr
+	case errors.Is(err, auth.ErrMissingKey):
+		return &APIError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
+			Message: "You didn't provide an API key. Provide it in an Authorization header using Bearer auth (Authorization: Bearer YOUR_KEY)."}
+	case errors.Is(err, auth.ErrInvalidKey):
+		return &APIError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
+			Message: "Incorrect API key provided."}
+	case errors.As(err, &notFound):
+		return &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
+			Message: "The model `" + echo(notFound.model) + "` does not exist or you do not have access to it."}
+	case errors.As(err, &reject):
+		e := &APIError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "rate_limit_exceeded",
+			Message: reject.Error(), RetryAfter: max(reject.RetryAfter, time.Millisecond)}
+		switch {
+		case reject.Dimension == quota.DimTokensPerDay && !reject.TooLarge:
+			e.Type, e.Code = typeInsufficientQuota, "insufficient_quota"
+		case reject.Dimension != quota.DimRequests && reject.Dimension != quota.DimConcurrency:
+			e.Type = "tokens"
+		}
+		return e
+	case errors.Is(err, quota.ErrUnavailable):
+		return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "rate_limit_unavailable",
+			Message: "Rate limits cannot be checked right now; please retry.", RetryAfter: time.Second}
+	case errors.As(err, &noBack):
+		return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "no_backend_available",
+			Message: "No backend for this model is available.", RetryAfter: noBack.retryAfter}
+	case errors.As(err, &upstream):
+		switch upstream.class {
+		case backends.ClassClientGone:
+			return &APIError{Status: statusClientClosed, Message: "client closed request"}
+		case backends.ClassTimeout:
+			return &APIError{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "upstream_timeout",
+				Message: "The backend did not answer in time."}
+		case backends.ClassUnreachable:
+			return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_unavailable",
+				Message: "No backend for this model could be reached."}
+		}
+		return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_error",
+			Message: "The backend failed to answer."}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &APIError{Status: statusClientClosed, Message: "client closed request"}
+	}
+	return &APIError{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error",
+		Message: "The server had an error while processing your request."}
+}
+
+// setRateHeaders writes OpenAI's x-ratelimit-* headers for the limited
+// dimensions of d.
+func setRateHeaders(h http.Header, d quota.Decision) {
+	set := func(kind string, win quota.Window) {
+		if win.Limit <= 0 {
+			return
+		}
+		h.Set("X-Ratelimit-Limit-"+kind, strconv.FormatInt(win.Limit, 10))
+		h.Set("X-Ratelimit-Remaining-"+kind, strconv.FormatInt(max(win.Remaining, 0), 10))
+		h.Set("X-Ratelimit-Reset-"+kind, resetString(win.Reset))
+	}
+	set("Requests", d.Requests)
+	set("Tokens", d.Tokens)
+}
+
+// resetString writes a duration as OpenAI does ("1s", "6m0s", "20ms").
+func resetString(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if d < time.Second {
+		return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10) + "ms"
+	}
+	return d.Round(time.Millisecond).String()
 }

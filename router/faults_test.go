@@ -43,6 +43,8 @@ func TestBackendErrorIsRelayed(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
 	assert.Equal(t, "injected_fault", decodeError(t, res).Code, "the backend's own error body reaches the client")
 	http.DefaultClient.CloseIdleConnections()
+	assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+w.srv.URL+`",outcome="upstream_5xx"} 1`,
+		"a 5xx answer is the backend's failure, not an ok attempt")
 }
 
 func TestBackendDyingMidStreamAbortsTheClient(t *testing.T) {
@@ -68,7 +70,9 @@ func TestBackendDyingMidStreamAbortsTheClient(t *testing.T) {
 	assert.Error(t, st.Err(), "the client learns the stream broke; it never sees [DONE]")
 	_ = st.Close()
 	s.settled(t)
-	assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+w.srv.URL+`",outcome="aborted"} 1`)
+	// Both attempts failed on the backend's side: the stream it broke off
+	// and the request its crash cut before any header.
+	assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+w.srv.URL+`",outcome="failed"} 2`)
 
 	// Sluice itself is fine.
 	res, err = http.Get(s.srv.URL + "/healthz")

@@ -14,35 +14,50 @@ import (
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/quota"
 	"github.com/sluice-llm/sluice/router/measure"
 	"github.com/sluice-llm/sluice/router/middleware"
 	"github.com/sluice-llm/sluice/router/proxy"
+	"github.com/sluice-llm/sluice/router/usage"
 )
 
 // statusClientClosed is logged (never sent) when the client hung up first.
 const statusClientClosed = 499
 
-// inference serves the three OpenAI inference routes: parse once, pick an
-// endpoint, proxy, and try another endpoint if the first cannot be reached.
+// inference serves the three OpenAI inference routes. It is the request
+// pipeline, one stage after the other: authenticate (the tenant), parse
+// (the few fields routing needs), limit (reserve the request's estimate
+// against the tenant's limits), pick and proxy (with retries on another
+// endpoint before the first byte), settle (charge the real usage, refund
+// the rest). Each stage returns an error; errorFor turns it into what the
+// client sees.
 func (rt *Router) inference(w http.ResponseWriter, r *http.Request) {
 	start := rt.now()
-	body, apiErr := rt.readBody(w, r)
-	if apiErr != nil {
-		rt.finish(w, r, "", start, apiErr)
-		return
+	model := ""
+	err := rt.serve(w, r, &model)
+	rt.finish(w, r, model, start, err)
+}
+
+// serve runs the pipeline up to the answer; it returns nil once an answer
+// was relayed, or the error to show the client. model is set once known.
+func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) error {
+	tenant, err := rt.tenants.Load().Authenticate(r)
+	if err != nil {
+		return err
 	}
-	req, apiErr := parseInference(body)
-	if apiErr != nil {
-		rt.finish(w, r, "", start, apiErr)
-		return
+	body, err := rt.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	req, err := parseInference(body)
+	if err != nil {
+		return err
 	}
 	rte := rt.table.Load().routes[req.model]
-	if rte == nil {
-		rt.finish(w, r, "", start, &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest,
-			Param: "model", Code: "model_not_found",
-			Message: "The model `" + req.model + "` does not exist or you do not have access to it."})
-		return
+	if rte == nil || (tenant != nil && !tenant.Allows(req.model)) {
+		return &modelNotFoundError{model: req.model} // the same answer: a tenant cannot probe
 	}
+	*model = req.model
 	session := r.Header.Get(rt.sessionHeader)
 	if session == "" {
 		session = req.user
@@ -50,15 +65,56 @@ func (rt *Router) inference(w http.ResponseWriter, r *http.Request) {
 	preq := policies.Request{Model: req.model, Stream: req.stream, PromptTokens: req.promptTokens,
 		MaxTokens: req.maxTokens, User: req.user, SessionKey: session, PrefixHashes: req.prefix,
 		PrefixChunkTokens: prefixChunk / bytesPerToken}
-	status := rt.forward(w, r, rte, &preq, body)
-	rt.finish(w, r, req.model, start, status)
+	var out backends.Outcome
+	if tenant == nil {
+		return rt.forward(w, r, rte, &preq, body, false, &out)
+	}
+	preq.Tenant, preq.Tier, preq.Priority = tenant.Name, tenant.Tier, tenant.Priority
+	ask := quota.Amount{Requests: 1, Input: int64(req.promptTokens)}
+	if r.URL.Path != "/v1/embeddings" {
+		ask.Output = int64(req.maxTokens)
+		if req.maxTokens == 0 {
+			ask.Output = int64(tenant.DefaultMaxTokens)
+		}
+	}
+	res, err := rt.limiter.Reserve(r.Context(), tenant.Name, tenant.Limits, ask)
+	if err != nil {
+		var re *quota.RejectError
+		if errors.As(err, &re) {
+			setRateHeaders(w.Header(), re.Decision)
+		}
+		return err
+	}
+	setRateHeaders(w.Header(), res.Decision)
+	strip := false
+	if req.stream && !req.includeUsage {
+		if b, injected, err := usage.AskUsage(body); err == nil {
+			body, strip = b, injected
+		}
+	}
+	// Deferred: a stream the backend breaks off ends this handler with a
+	// panic (http.ErrAbortHandler), and it must settle all the same.
+	defer func() {
+		used := quota.Amount{Requests: 1}
+		if out.Status != 0 { // an answer was relayed: charge what it used
+			used.Input, used.Output = int64(out.PromptTokens), int64(out.CompletionTokens)
+			if !out.UsageExact {
+				used.Input = int64(req.promptTokens)
+			}
+		}
+		rt.limiter.Settle(res, used)
+		rt.metrics.tokens.WithLabelValues(tenant.Tier, "input").Add(float64(used.Input))
+		rt.metrics.tokens.WithLabelValues(tenant.Tier, "output").Add(float64(used.Output))
+	}()
+	return rt.forward(w, r, rte, &preq, body, strip, &out)
 }
 
-// forward picks and proxies, retrying unreachable endpoints. It returns nil
-// once a response was relayed, or the error to show the client.
-func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, preq *policies.Request, body []byte) *APIError {
+// forward picks and proxies, retrying endpoints that could not be reached.
+// It leaves the outcome of the last attempt in out (also when the attempt
+// panics with http.ErrAbortHandler) and returns nil once a response was
+// relayed, or the error to show the client.
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, preq *policies.Request, body []byte, strip bool, out *backends.Outcome) error {
 	var tried []*backends.Endpoint
-	var last *proxy.AttemptError
 	for attempt := 0; attempt <= rt.retries; attempt++ {
 		now := rt.now()
 		cands := rte.Pool.Available(nil, now)
@@ -72,118 +128,104 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		if err != nil {
 			break
 		}
-		err = rt.attempt(w, r, ep, preq, body)
-		if err == nil {
+		aerr := rt.attempt(w, r, ep, preq, body, strip, out)
+		if aerr == nil {
 			return nil
 		}
-		if !errors.As(err, &last) {
-			return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_error", Message: "upstream error"}
+		if out.Class != backends.ClassUnreachable {
+			return &upstreamError{class: out.Class, err: aerr}
 		}
-		switch last.Outcome {
-		case proxy.ClientGone:
-			return &APIError{Status: statusClientClosed, Message: "client closed request"}
-		case proxy.Unreachable:
-			if ep.MarkFailed(now, rt.cooldown) {
-				rt.log.Warn("backend unreachable; holding it out", "backend", ep.Address(),
-					"cooldown", rt.cooldown, "err", last.Err)
-			}
-			tried = append(tried, ep)
-			continue
-		case proxy.Timeout:
-			return &APIError{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "upstream_timeout",
-				Message: "the backend did not answer in time"}
-		default:
-			return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_error",
-				Message: "the backend failed: " + last.Err.Error()}
+		if ep.MarkFailed(now, rt.cooldown) {
+			rt.log.Warn("backend unreachable; holding it out", "backend", ep.Address(),
+				"cooldown", rt.cooldown, "err", aerr)
 		}
+		tried = append(tried, ep)
 	}
-	if last != nil {
-		return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_unavailable",
-			Message: "no backend for this model could be reached"}
+	if len(tried) > 0 {
+		return &upstreamError{class: backends.ClassUnreachable}
 	}
-	return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "no_backend_available",
-		Message: "no backend for this model is available", RetryAfter: rt.soonestBack(rte.Pool)}
+	return &noBackendError{retryAfter: rt.soonestBack(rte.Pool)}
 }
 
-// attempt sends one request to ep, keeping its in-flight count, and feeds
-// the answer's measured TTFT and decode rate to the endpoint.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte) (err error) {
+// attempt sends one request to ep, leaves its outcome in out and returns
+// the error when nothing was relayed to the client.
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte, strip bool, out *backends.Outcome) (err error) {
 	ctx, span := rt.attempts.Start(r.Context(), "upstream", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("sluice.backend", ep.Address())))
 	r = r.WithContext(ctx)
 	g := rt.metrics.inFlight.WithLabelValues(ep.Address())
-	tokens := preq.ExpectedTokens()
-	prompt := int64(preq.PromptTokens)
-	ep.Begin(tokens)
-	ahead := policies.PrefillAhead(ep, prompt)
-	ep.BeginPrefill(prompt)
-	prefilling := true
-	endPrefill := func() {
-		if prefilling {
-			prefilling = false
-			ep.EndPrefill(prompt)
+	start := rt.now()
+	att := ep.Start(int64(preq.PromptTokens), preq.ExpectedTokens())
+	g.Inc()
+	*out = backends.Outcome{Class: backends.ClassFailed} // kept if Forward panics with http.ErrAbortHandler mid-stream
+	mw := measure.NewWriter(w, start, rt.now)
+	mw.StripUsageChunk = strip
+	mw.OnFirstByte = func() {
+		if preq.Stream {
+			att.FirstToken(rt.now().Sub(start))
+		} else {
+			att.FirstToken(0) // a whole answer: its first byte is not a first token
 		}
 	}
-	g.Inc()
-	outcome := "aborted" // kept if Forward panics with http.ErrAbortHandler mid-stream
-	mw := measure.NewWriter(w, rt.now(), rt.now)
-	mw.OnFirstByte = endPrefill
 	defer func() {
-		if outcome == "aborted" && ctx.Err() != nil {
-			outcome = "client_gone" // the client hung up mid-stream; the backend did nothing wrong
+		res := mw.Result()
+		if out.Class == backends.ClassFailed && err == nil && ctx.Err() != nil {
+			out.Class = backends.ClassClientGone // the client hung up mid-stream; the backend did nothing wrong
 		}
-		if outcome == "ok" || outcome == "client_gone" {
-			// A client often closes the moment it has read "data: [DONE]",
-			// before the upstream body reports its end: what was relayed
-			// until then is still a true measurement of the backend.
-			observe(ep, ahead, preq.PromptTokens, mw.Result())
-		}
+		fillOutcome(out, res)
 		g.Dec()
-		endPrefill()
-		rt.metrics.attempts.WithLabelValues(ep.Address(), outcome).Inc()
-		span.SetAttributes(attribute.String("sluice.outcome", outcome))
+		rt.metrics.attempts.WithLabelValues(ep.Address(), out.Class.String()).Inc()
+		span.SetAttributes(attribute.String("sluice.outcome", out.Class.String()))
 		span.End()
-		ep.End(tokens) // last: once in-flight drops, the attempt is fully recorded
+		att.Finish(*out) // last: once in-flight drops, the attempt is fully recorded
 	}()
-	err = rt.proxy.Forward(mw, r, ep.URL(), body)
-	outcome = outcomeLabel(err)
+	err = rt.proxy.Forward(mw, r, ep.URL(), ep.Authorization(), body)
+	if err == nil {
+		_ = mw.Finish() // relays the rest of an event a stream ended inside; the client may be gone
+	}
+	out.Class = classify(err, mw.Result().Status)
 	if err == nil && ep.MarkHealthy() {
 		rt.log.Info("backend reachable again", "backend", ep.Address())
 	}
 	return err
 }
 
-// observe feeds a relayed answer's measurements to the endpoint's averages;
-// prompt is the router's estimate of the prompt's tokens and ahead the
-// prompt tokens pending on ep when it was sent.
-func observe(ep *backends.Endpoint, ahead int64, prompt int, m measure.Result) {
-	if m.TTFT > 0 {
-		ep.ObserveTTFT(m.TTFT)
-		ep.ObservePrefill(ahead, prompt, m.TTFT)
-	}
-	if m.Tokens > 0 {
-		ep.ObserveDecode(m.Tokens, m.Decode)
+// fillOutcome copies what the writer measured into out.
+func fillOutcome(out *backends.Outcome, m measure.Result) {
+	out.Status = m.Status
+	out.TTFT = m.TTFT
+	out.DecodeTokens, out.Decode = m.Tokens, m.Decode
+	out.PromptTokens, out.CompletionTokens, out.UsageExact = m.PromptTokens, m.CompletionTokens, m.UsageExact
+	if !m.UsageExact {
+		out.CompletionTokens = m.Relayed
 	}
 }
 
-func outcomeLabel(err error) string {
-	var ae *proxy.AttemptError
+// classify names how an attempt ended from Forward's error and the status
+// relayed.
+func classify(err error, status int) backends.ErrorClass {
 	if err == nil {
-		return "ok"
+		switch {
+		case status >= 500:
+			return backends.ClassUpstream5xx
+		case status >= 400:
+			return backends.ClassUpstream4xx
+		}
+		return backends.ClassOK
 	}
+	var ae *proxy.AttemptError
 	if !errors.As(err, &ae) {
-		return "failed"
+		return backends.ClassFailed
 	}
 	switch ae.Outcome {
 	case proxy.Unreachable:
-		return "unreachable"
+		return backends.ClassUnreachable
 	case proxy.Timeout:
-		return "timeout"
+		return backends.ClassTimeout
 	case proxy.ClientGone:
-		return "client_gone"
-	default:
-		return "failed"
+		return backends.ClassClientGone
 	}
+	return backends.ClassFailed
 }
 
 // soonestBack is how long until the first held-out endpoint returns.
@@ -221,7 +263,7 @@ func without(eps, drop []*backends.Endpoint) []*backends.Endpoint {
 }
 
 // readBody reads the whole body under the size limit.
-func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
+func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > rt.maxBody {
 		return nil, bodyTooLarge(rt.maxBody)
 	}
@@ -244,19 +286,20 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *API
 	return body, nil
 }
 
-// finish writes apiErr (if any, and if the client is still there) and
-// records the request's metrics.
-func (rt *Router) finish(w http.ResponseWriter, r *http.Request, model string, start time.Time, apiErr *APIError) {
+// finish writes err (if any, and if the client is still there) as the
+// client's answer and records the request's metrics.
+func (rt *Router) finish(w http.ResponseWriter, r *http.Request, model string, start time.Time, err error) {
 	route := r.URL.Path
 	code := http.StatusOK
-	if apiErr != nil {
+	if err != nil {
+		apiErr := errorFor(err)
 		code = apiErr.Status
 		if code != statusClientClosed {
 			writeError(w, apiErr)
 		}
 		if code >= 500 {
 			rt.log.Warn("request failed", "status", code, "model", model, "route", route,
-				"request_id", middleware.RequestIDFrom(r.Context()), "err", apiErr.Message)
+				"request_id", middleware.RequestIDFrom(r.Context()), "err", err)
 		}
 	}
 	label := model
@@ -278,23 +321,34 @@ func (rt *Router) model(name string) modelObject {
 	return modelObject{ID: name, Object: "model", Created: rt.created, OwnedBy: "sluice"}
 }
 
-func (rt *Router) listModels(w http.ResponseWriter, _ *http.Request) {
+func (rt *Router) listModels(w http.ResponseWriter, r *http.Request) {
+	tenant, err := rt.tenants.Load().Authenticate(r)
+	if err != nil {
+		writeError(w, errorFor(err))
+		return
+	}
 	t := rt.table.Load()
 	out := struct {
 		Object string        `json:"object"`
 		Data   []modelObject `json:"data"`
 	}{Object: "list", Data: make([]modelObject, 0, len(t.order))}
 	for _, name := range t.order {
-		out.Data = append(out.Data, rt.model(name))
+		if tenant == nil || tenant.Allows(name) {
+			out.Data = append(out.Data, rt.model(name))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (rt *Router) getModel(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "model")
-	if rt.table.Load().routes[name] == nil {
-		writeError(w, &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model",
-			Code: "model_not_found", Message: "The model `" + name + "` does not exist or you do not have access to it."})
+	tenant, err := rt.tenants.Load().Authenticate(r)
+	if err != nil {
+		writeError(w, errorFor(err))
+		return
+	}
+	if rt.table.Load().routes[name] == nil || (tenant != nil && !tenant.Allows(name)) {
+		writeError(w, errorFor(&modelNotFoundError{model: name}))
 		return
 	}
 	writeJSON(w, http.StatusOK, rt.model(name))

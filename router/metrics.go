@@ -11,6 +11,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec // model, route
 	attempts *prometheus.CounterVec   // backend, outcome
 	inFlight *prometheus.GaugeVec     // backend
+	tokens   *prometheus.CounterVec   // tier, kind
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -26,14 +27,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"model", "route"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total",
-			Help: "Attempts sent to backends, by backend and outcome: ok, unreachable, timeout, failed, client_gone, aborted (the backend broke off a started response).",
+			Help: "Attempts sent to backends, by backend and outcome: ok, upstream_4xx, upstream_5xx, unreachable, timeout, failed (the answer broke off after it started), client_gone.",
 		}, []string{"backend", "outcome"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_upstream_in_flight_requests",
 			Help: "Requests this replica has open to each backend.",
 		}, []string{"backend"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_tenant_tokens_total",
+			Help: "Tokens charged to tenants after settlement, by tier and kind (input, output).",
+		}, []string{"tier", "kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight, m.tokens} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

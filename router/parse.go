@@ -29,6 +29,7 @@ type parsed struct {
 	stream       bool
 	maxTokens    int
 	user         string
+	includeUsage bool // the client asked for stream_options.include_usage itself
 	promptTokens int
 	prefix       []uint64 // see prefixHashes
 }
@@ -39,7 +40,7 @@ const bytesPerToken = 4
 
 // parseInference validates body as a JSON object carrying a model name and
 // returns its routing fields, or an *APIError naming the problem.
-func parseInference(body []byte) (parsed, *APIError) {
+func parseInference(body []byte) (parsed, error) {
 	var f inferenceRequest
 	if err := json.Unmarshal(body, &f); err != nil {
 		var typeErr *json.UnmarshalTypeError
@@ -55,7 +56,7 @@ func parseInference(body []byte) (parsed, *APIError) {
 			"you must provide a model parameter")
 	}
 	p := parsed{model: f.Model, stream: f.Stream, user: f.User, promptTokens: len(body) / bytesPerToken,
-		prefix: prefixHashes(body)}
+		prefix: prefixHashes(body), includeUsage: f.StreamOptions != nil && f.StreamOptions.IncludeUsage}
 	switch {
 	case f.MaxCompletionTokens != nil:
 		p.maxTokens = *f.MaxCompletionTokens

@@ -41,8 +41,9 @@ func FuzzParseInference(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		p, apiErr := parseInference(body)
-		if apiErr != nil {
+		p, err := parseInference(body)
+		if err != nil {
+			apiErr := errorFor(err)
 			if apiErr.Status != 400 || apiErr.Message == "" || apiErr.Type != typeInvalidRequest {
 				t.Fatalf("bad rejection %+v", apiErr)
 			}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/router/auth"
 	"github.com/sluice-llm/sluice/router/middleware"
 	"github.com/sluice-llm/sluice/router/proxy"
 )
@@ -79,6 +81,12 @@ type Options struct {
 	// conversation for session affinity (policies.Request.SessionKey); when
 	// it is absent the OpenAI "user" field is used. Default "X-Session-Id".
 	SessionHeader string
+	// Tenants are the configured tenants and their keys. Nil or empty
+	// means open: no key is asked for and no limit applies.
+	Tenants *auth.Directory
+	// Limiter enforces the tenants' limits. Required when Tenants has
+	// tenants.
+	Limiter *quota.Limiter
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -89,6 +97,8 @@ const DefaultSessionHeader = "X-Session-Id"
 // Router serves the OpenAI API in front of the backend pools.
 type Router struct {
 	table    atomic.Pointer[Table]
+	tenants  atomic.Pointer[auth.Directory]
+	limiter  *quota.Limiter
 	maxBody  int64
 	retries  int
 	cooldown time.Duration
@@ -136,6 +146,9 @@ func New(o Options) (*Router, error) {
 	if !validHeaderName(o.SessionHeader) {
 		return nil, errors.New("router: SessionHeader " + strconv.Quote(o.SessionHeader) + " is not a valid header name")
 	}
+	if !o.Tenants.Open() && o.Limiter == nil {
+		return nil, errors.New("router: tenants need a Limiter")
+	}
 	if o.TracerProvider == nil {
 		o.TracerProvider = noop.NewTracerProvider()
 	}
@@ -159,10 +172,12 @@ func New(o Options) (*Router, error) {
 		attempts: o.TracerProvider.Tracer("github.com/sluice-llm/sluice/router"),
 		now:      o.Now,
 		created:  o.Now().Unix(),
+		limiter:  o.Limiter,
 
 		sessionHeader: textproto.CanonicalMIMEHeaderKey(o.SessionHeader),
 	}
 	rt.table.Store(o.Table)
+	rt.tenants.Store(o.Tenants)
 	return rt, nil
 }
 
@@ -186,6 +201,17 @@ func (rt *Router) SetTable(t *Table) {
 	if t != nil {
 		rt.table.Store(t)
 	}
+}
+
+// SetTenants swaps in a new tenant directory (nil or empty: open). It
+// returns an error, keeping the old one, when the router has no Limiter
+// for a directory with tenants.
+func (rt *Router) SetTenants(d *auth.Directory) error {
+	if !d.Open() && rt.limiter == nil {
+		return errors.New("router: tenants need a Limiter")
+	}
+	rt.tenants.Store(d)
+	return nil
 }
 
 // Handler returns the HTTP handler with every route and middleware.

@@ -30,6 +30,7 @@ const (
 type loadFlags struct {
 	shapeFlags
 	target, model      string
+	apiKey             string
 	rate               float64
 	duration           time.Duration
 	concurrency        int
@@ -92,6 +93,7 @@ Flags:
 	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
 	fs.DurationVar(&f.timeout, "request-timeout", 10*time.Minute, "fail a request that takes longer than this (0 = no limit)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line on stderr")
+	fs.StringVar(&f.apiKey, "api-key", os.Getenv("OPENAI_API_KEY"), "API `key` sent as a bearer token, e.g. a Sluice tenant's (default $OPENAI_API_KEY)")
 	fs.StringVar(&f.fleet, "fleet", "", "fleet `spec` behind the target, e.g. 4xh100-llama3-8b; with --load, sets the rate from its estimated capacity")
 	fs.Float64Var(&f.load, "load", 0, "offered load as a multiple of the --fleet capacity estimate, instead of --rate")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "compress arrivals this many times and report latencies and throughputs rescaled to simulated time; use against gpuworkers run with --speedup of the same value")
@@ -123,6 +125,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Concurrency:    f.concurrency,
 		Prompter:       workload.NewPrompter(workload.PromptOptions{Seed: f.seed}),
 		RequestTimeout: f.timeout,
+		APIKey:         f.apiKey,
 	}
 	if !f.quiet {
 		opts.Progress = stderr

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 	var errs []error
 	var all []*backends.Endpoint
 	seen := map[*backends.Endpoint]bool{}
+	keys := map[*backends.Endpoint]string{} // applied only when the whole config builds
 	routes := make([]*router.Route, 0, len(c.Models))
 	for i, m := range c.Models {
 		p := fmt.Sprintf("models[%d]", i)
@@ -52,6 +54,14 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 				errs = append(errs, &configs.FieldError{Field: fmt.Sprintf("%s.backends[%d].url", p, j), Message: err.Error()})
 				continue
 			}
+			key := b.APIKey
+			if b.APIKeyEnv != "" {
+				if key = os.Getenv(b.APIKeyEnv); key == "" {
+					errs = append(errs, &configs.FieldError{Field: fmt.Sprintf("%s.backends[%d].api_key_env", p, j),
+						Message: "environment variable " + b.APIKeyEnv + " is empty or not set"})
+				}
+			}
+			keys[e] = key
 			list = append(list, e)
 			if !seen[e] {
 				seen[e] = true
@@ -74,6 +84,9 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 	t, err := router.NewTable(routes)
 	if err != nil {
 		return nil, nil, err
+	}
+	for e, k := range keys {
+		e.SetAPIKey(k)
 	}
 	return t, all, nil
 }

@@ -70,11 +70,16 @@ func forbidden(pkg, dep string) string {
 		}
 		return ""
 	case pkg == "router":
-		if under(dep, "policies") && dep != "policies" {
-			return "the router uses the policies contract, never an implementation"
+		if under(dep, "policies") && !contract(dep) {
+			return "the router uses the policies contracts, never an implementation"
 		}
 		if under(dep, "gpuworker") {
 			return "the router does not import the worker"
+		}
+		return ""
+	case pkg == "router/auth":
+		if dep != "policies/quota" {
+			return "router/auth knows only the tenant limits contract"
 		}
 		return ""
 	case under(pkg, "router"):
@@ -86,6 +91,10 @@ func forbidden(pkg, dep string) string {
 	return ""
 }
 
+// contract reports whether a policies package holds contracts (types and
+// interfaces the router calls) rather than one implementation of them.
+func contract(dep string) bool { return dep == "policies" || dep == "policies/quota" }
+
 func TestForbidden(t *testing.T) {
 	tests := []struct {
 		pkg, dep string
@@ -93,6 +102,10 @@ func TestForbidden(t *testing.T) {
 	}{
 		{"router", "policies", false},
 		{"router", "policies/p2c", true},
+		{"router", "policies/quota", false},
+		{"router", "policies/quota/memstore", true},
+		{"router/auth", "policies/quota", false},
+		{"router/auth", "backends", true},
 		{"router", "backends", false},
 		{"router/proxy", "router/middleware", true},
 		{"backends", "policies", true},

@@ -3,6 +3,7 @@
 //
 //	sluice serve --config FILE [--listen ADDR]
 //	sluice validate --config FILE
+//	sluice hash-key [KEY | --generate]
 package main
 
 import (
@@ -16,6 +17,8 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 const usage = `usage:
   sluice serve --config FILE [--listen ADDR] [--log-level LEVEL]
   sluice validate --config FILE
+  sluice hash-key [KEY]      print a tenant's api_keys line (sha256:<hex>) for KEY, or for the key on stdin
+  sluice hash-key --generate make a new random key; print it, then its api_keys line
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -28,6 +31,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "validate":
 		return validate(args[1:], stdout, stderr)
+	case "hash-key":
+		return hashKey(args[1:], os.Stdin, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-llm/sluice/configs"
 	"github.com/sluice-llm/sluice/policies"
 	"github.com/sluice-llm/sluice/router"
+	"github.com/sluice-llm/sluice/router/auth"
 	"github.com/sluice-llm/sluice/router/proxy"
 )
 
@@ -35,6 +36,8 @@ func serve(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", "", "listen address; overrides the config's listen")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	drain := fs.Duration("shutdown-timeout", 30*time.Second, "how long open requests may finish on shutdown")
+	redisURL := fs.String("redis-url", os.Getenv("SLUICE_REDIS_URL"),
+		"Redis for limits shared across replicas; overrides limits.redis_url (default $SLUICE_REDIS_URL)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -55,7 +58,7 @@ func serve(args []string, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	if err := runServer(ctx, serverOptions{path: *path, listen: *listen, drain: *drain, log: log, reload: hup}); err != nil {
+	if err := runServer(ctx, serverOptions{path: *path, listen: *listen, redisURL: *redisURL, drain: *drain, log: log, reload: hup}); err != nil {
 		log.Error("sluice stopped", "err", err)
 		return 1
 	}
@@ -63,11 +66,12 @@ func serve(args []string, stderr io.Writer) int {
 }
 
 type serverOptions struct {
-	path   string
-	listen string
-	drain  time.Duration
-	log    *slog.Logger
-	reload <-chan os.Signal
+	path     string
+	listen   string
+	redisURL string // overrides limits.redis_url when set
+	drain    time.Duration
+	log      *slog.Logger
+	reload   <-chan os.Signal
 	// ready, if set, receives the bound address once the server accepts
 	// connections (tests use it).
 	ready chan<- string
@@ -106,7 +110,41 @@ func runServer(ctx context.Context, o serverOptions) error {
 			o.log.Warn("flushing traces", "err", err)
 		}
 	}()
+	tenants, err := buildTenants(cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.path, err)
+	}
+	st, err := newLimitStore(cfg, o.redisURL)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = st.close() }()
+	limiter, err := newLimiter(cfg, st, o.log, metrics)
+	if err != nil {
+		return err
+	}
+	if tenants.Open() {
+		o.log.Warn("no tenants configured: every caller is served without a key or limits")
+	} else {
+		where := "in-process (limits hold for this replica alone)"
+		if st.redis {
+			where = "redis"
+		}
+		o.log.Info("tenants configured", "tenants", len(tenants.Tenants()), "limit_store", where,
+			"fail_open", cfg.Limits.FailsOpen())
+	}
+	// The limiter settles in the background until every request has ended:
+	// it stops after the server has drained.
+	lctx, stopLimiter := context.WithCancel(context.Background())
+	limited := make(chan error, 1)
+	go func() { limited <- limiter.Run(lctx) }()
+	defer func() {
+		stopLimiter()
+		<-limited
+	}()
 	ropts := routerOptions(cfg, table)
+	ropts.Tenants = tenants
+	ropts.Limiter = limiter
 	ropts.Logger = o.log
 	ropts.TracerProvider = tp
 	ropts.Metrics = metrics
@@ -194,7 +232,14 @@ func reloadTable(o serverOptions, reg *policies.Registry, eps *backends.Registry
 	if err == nil {
 		var t *router.Table
 		var endpoints []*backends.Endpoint
+		var dir *auth.Directory
 		if t, endpoints, err = buildTable(cfg, reg, eps); err == nil {
+			dir, err = buildTenants(cfg)
+		}
+		if err == nil {
+			err = rt.SetTenants(dir)
+		}
+		if err == nil {
 			rt.SetTable(t)
 			if scraper != nil {
 				scraper.SetEndpoints(endpoints)
@@ -202,8 +247,9 @@ func reloadTable(o serverOptions, reg *policies.Registry, eps *backends.Registry
 			if cfg.Listen != running.Listen {
 				o.log.Warn("reload: listen address changes need a restart", "running", running.Listen, "config", cfg.Listen)
 			}
-			if !reflect.DeepEqual(cfg.Scrape, running.Scrape) || cfg.SessionHeader != running.SessionHeader {
-				o.log.Warn("reload: scrape and session_header changes need a restart")
+			if !reflect.DeepEqual(cfg.Scrape, running.Scrape) || cfg.SessionHeader != running.SessionHeader ||
+				!reflect.DeepEqual(cfg.Limits, running.Limits) {
+				o.log.Warn("reload: scrape, session_header and limits changes need a restart")
 			}
 			o.log.Info("config reloaded", "models", len(cfg.Models))
 			return

@@ -51,6 +51,9 @@ type Result struct {
 	Elapsed time.Duration
 	// Workers holds per-worker statistics, in worker order.
 	Workers []WorkerStats
+	// Tenants holds per-tenant statistics, in Options.Tenants order; nil
+	// without tenants.
+	Tenants []TenantStats
 }
 
 // PrefixHitRatio is the fleet's token-weighted prefix-cache hit ratio: hits

@@ -56,6 +56,11 @@ type Options struct {
 	// DefaultScrapeInterval; negative turns scraping off, so policies see no
 	// Load at all.
 	ScrapeInterval time.Duration
+	// Tenants, when set, runs the live pipeline's limit stage: each
+	// request belongs to one tenant (by Share) and is reserved against its
+	// limits on arrival, refused when they say so (Outcome.Err starts
+	// "rate limited: "), and settled with its real usage when it ends.
+	Tenants []Tenant
 }
 
 // DefaultScrapeInterval is the live scraper's default period.
@@ -83,13 +88,15 @@ type sim struct {
 	dispatch  []int
 
 	out      []Outcome
-	arrival  []int64 // ns
-	lastTok  []int64 // ns of the latest token, per request
-	ahead    []int64 // prompt tokens pending ahead at dispatch, per request
+	arrival  []int64            // ns
+	lastTok  []int64            // ns of the latest token, per request
+	att      []backends.Attempt // each request's attempt in its router replica
 	itl      *Histogram
 	finished int64 // ns of the latest completion
 
 	oracle *oracle
+	limits *limits // nil without Options.Tenants
+	clock  int64   // virtual now, ns, for the limits
 
 	// Scraping: scrapeEvery is the period in ns (0 = off), nextScrape the
 	// next tick of each replica. version counts the changes of each
@@ -141,7 +148,7 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 		out:       make([]Outcome, len(reqs)),
 		arrival:   make([]int64, len(reqs)),
 		lastTok:   make([]int64, len(reqs)),
-		ahead:     make([]int64, len(reqs)),
+		att:       make([]backends.Attempt, len(reqs)),
 		itl:       new(Histogram),
 		preq:      policies.Request{Model: opts.Model, Stream: true, PrefixChunkTokens: ChunkTokens},
 	}
@@ -158,6 +165,13 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 		}
 		s.arrival[i] = int64(r.Arrival)
 		s.out[i] = Outcome{Worker: -1, PromptTokens: r.PromptTokens}
+	}
+	if len(opts.Tenants) > 0 {
+		l, err := newLimits(opts.Tenants, len(reqs), &s.clock)
+		if err != nil {
+			return nil, err
+		}
+		s.limits = l
 	}
 	if opts.Oracle {
 		s.oracle = newOracle(s)
@@ -218,6 +232,18 @@ func (s *sim) loop() error {
 // arrive routes request id at its arrival time.
 func (s *sim) arrive(id int) error {
 	now := s.arrival[id]
+	if s.limits != nil {
+		s.clock = now
+		r := &s.reqs[id]
+		refused, err := s.limits.reserve(id, r.Session, r.PromptTokens, r.OutputTokens)
+		if err != nil {
+			return err
+		}
+		if refused != "" {
+			s.out[id].Err = refused
+			return nil
+		}
+	}
 	if s.oracle != nil {
 		return s.oracle.arrive(id, now)
 	}
@@ -243,9 +269,7 @@ func (s *sim) arrive(id int) error {
 	if !ok || s.eps[replica][w] != ep {
 		return fmt.Errorf("fleet: policy returned an endpoint it was not given: %s", ep.Address())
 	}
-	ep.Begin(int64(r.PromptTokens + r.OutputTokens))
-	s.ahead[id] = policies.PrefillAhead(ep, int64(r.PromptTokens))
-	ep.BeginPrefill(int64(r.PromptTokens))
+	s.att[id] = ep.Start(int64(r.PromptTokens), int64(r.PromptTokens+r.OutputTokens))
 	return s.submit(id, w, now)
 }
 
@@ -278,49 +302,41 @@ func (s *sim) place(id, w int, hashes []uint64) bool {
 		} else {
 			s.out[id].Err = err.Error()
 		}
-		s.release(id, w)
+		s.release(id)
 		return false
 	}
 	return true
 }
 
-// release ends request id's attempt on worker w in its router replica.
-func (s *sim) release(id, w int) {
-	if s.eps != nil {
-		r := &s.reqs[id]
-		ep := s.eps[id%len(s.eps)][w]
-		if s.lastTok[id] == 0 {
-			ep.EndPrefill(int64(r.PromptTokens)) // no first token: still pending
-		}
-		ep.End(int64(r.PromptTokens + r.OutputTokens))
+// release ends request id's attempt in its router replica: with the
+// answer's measurements when it finished, as a failure when the engine
+// refused it.
+func (s *sim) release(id int) {
+	o := &s.out[id]
+	if s.limits != nil {
+		s.limits.settle(id, s.reqs[id].PromptTokens, o.OutputTokens)
 	}
-}
-
-// prefilled feeds request id's first token to the endpoint of the replica
-// that routed it: its prompt is no longer pending, and its prompt size and
-// TTFT are a prefill-rate measurement, as the live router takes them.
-func (s *sim) prefilled(id, w int) {
 	if s.eps == nil {
+		return
+	}
+	if !o.OK {
+		s.att[id].Finish(backends.Outcome{Class: backends.ClassFailed})
 		return
 	}
 	r := &s.reqs[id]
-	ep := s.eps[id%len(s.eps)][w]
-	ep.EndPrefill(int64(r.PromptTokens))
-	ep.ObservePrefill(s.ahead[id], r.PromptTokens, s.out[id].TTFT)
+	out := backends.Outcome{Class: backends.ClassOK, Status: 200, PromptTokens: r.PromptTokens,
+		CompletionTokens: o.OutputTokens, UsageExact: true, TTFT: o.TTFT}
+	if o.OutputTokens > 1 {
+		out.DecodeTokens, out.Decode = o.OutputTokens-1, o.E2E-o.TTFT
+	}
+	s.att[id].Finish(out)
 }
 
-// observe feeds request id's measured TTFT and decode rate to the endpoint
-// of the replica that routed it, as the live router measures the answers it
-// proxies.
-func (s *sim) observe(id, w int) {
-	if s.eps == nil {
-		return
-	}
-	o := &s.out[id]
-	ep := s.eps[id%len(s.eps)][w]
-	ep.ObserveTTFT(o.TTFT)
-	if o.OutputTokens > 1 {
-		ep.ObserveDecode(o.OutputTokens-1, o.E2E-o.TTFT)
+// prefilled feeds request id's first token to its attempt, as the live
+// router does when the first byte of the answer arrives.
+func (s *sim) prefilled(id int) {
+	if s.eps != nil {
+		s.att[id].FirstToken(s.out[id].TTFT)
 	}
 }
 
@@ -371,12 +387,13 @@ func (s *sim) advance(w int, now int64) error {
 func (s *sim) record(w int, ev *gpuworker.Event) {
 	id := int(ev.ID)
 	t := int64(ev.Time.Sub(epoch))
+	s.clock = max(s.clock, t)
 	o := &s.out[id]
 	switch ev.Kind {
 	case gpuworker.EventFirstToken:
 		o.TTFT = time.Duration(t - s.arrival[id])
 		s.lastTok[id] = t
-		s.prefilled(id, w)
+		s.prefilled(id)
 	case gpuworker.EventToken:
 		s.itl.Add(time.Duration(t - s.lastTok[id]))
 		s.lastTok[id] = t
@@ -385,8 +402,7 @@ func (s *sim) record(w int, ev *gpuworker.Event) {
 		o.OutputTokens = ev.Tokens
 		o.E2E = time.Duration(t - s.arrival[id])
 		s.finished = max(s.finished, t)
-		s.observe(id, w)
-		s.release(id, w)
+		s.release(id)
 	}
 }
 
@@ -402,6 +418,9 @@ func (s *sim) result() *Result {
 	}
 	elapsed := time.Duration(end - start)
 	res := &Result{Requests: s.out, ITL: s.itl, Elapsed: elapsed, Workers: make([]WorkerStats, len(s.engines))}
+	if s.limits != nil {
+		res.Tenants = s.limits.stats
+	}
 	for w, e := range s.engines {
 		l := e.Load()
 		ws := WorkerStats{

@@ -10,7 +10,8 @@ import (
 type Limits struct {
 	// RequestsPerMinute is the sustained request rate; RequestBurst how
 	// many requests may arrive at once after an idle spell (at least 1
-	// when RequestsPerMinute is set).
+	// when RequestsPerMinute is set; the Stores read a burst of 0 as one
+	// minute's worth, for this and the token bursts).
 	RequestsPerMinute int64
 	RequestBurst      int64
 	// InputTokensPerMinute and InputBurst limit prompt tokens the same way.
@@ -66,12 +67,15 @@ type Decision struct {
 	// charged.
 	Allowed bool
 	// Denied names the first dimension that refused, checked in the order
-	// tokens_per_day, concurrency, requests, input_tokens, output_tokens.
+	// tokens_per_day, concurrency, requests, input_tokens, output_tokens;
+	// but when the amount exceeds some dimension's burst (or the daily
+	// cap), it names the first such dimension, since no wait helps.
 	Denied Dimension
 	// RetryAfter is, when denied, how long until the same request could be
-	// allowed (for tokens_per_day: until the next UTC midnight; for
-	// concurrency: a short fixed hint, since it depends on other requests
-	// ending). Zero when allowed.
+	// allowed: the longest wait among the refusing dimensions (for
+	// tokens_per_day: until the next UTC midnight; for concurrency: a
+	// short fixed hint, since it depends on other requests ending). Zero
+	// when allowed, and zero when the amount can never be allowed.
 	RetryAfter time.Duration
 	// Requests is the requests-per-minute window after the decision.
 	Requests Window

@@ -1,100 +1,84 @@
 package measure
 
-import "time"
+import (
+	"bytes"
+	"time"
+)
 
-// matcher finds a fixed ASCII pattern in a byte stream fed piecewise,
-// ignoring blanks between bytes (so `"choices": []` matches `"choices":[]`).
-// On a mismatch it retries the byte as the pattern's first: enough for the
-// JSON patterns used here, whose only border is a leading '"' that cannot
-// follow a partial match inside valid JSON except as a new token.
-type matcher struct {
-	pat string
-	pos int
-}
+// signal is where sseScanner.next stopped.
+type signal uint8
 
-// feed advances over c and reports whether the pattern just completed.
-func (m *matcher) feed(c byte) bool {
-	if c == ' ' || c == '\t' {
-		return false
-	}
-	if c != m.pat[m.pos] {
-		m.pos = 0
-		if c != m.pat[0] {
-			return false
-		}
-	}
-	m.pos++
-	if m.pos == len(m.pat) {
-		m.pos = 0
-		return true
-	}
-	return false
-}
+const (
+	sigNone     signal = iota // the input ran out
+	sigStart                  // the next byte begins an event
+	sigPlain                  // the event in progress cannot be the usage chunk
+	sigEnd                    // the last byte read ended an event
+	sigTokenEnd               // it ended a token-carrying event
+	sigUsageEnd               // it ended the usage chunk
+)
 
-// sseScanner counts the server-sent events that carry generated tokens: data
-// events whose payload is a JSON object, except the chat stream's opening
-// role-only chunk ("role") and the final usage-only chunk (empty
-// "choices"). "[DONE]" and other non-object payloads, comments and other
-// fields are not counted. An event ends at a blank line.
+// sseScanner reads a server-sent event stream fed piecewise. It counts the
+// events that carry generated tokens: data events whose payload is a JSON
+// object, except the chat stream's opening role chunk (one with a "role")
+// and chunks whose "choices" is empty, such as the final usage chunk.
+// "[DONE]" and other payloads, comments and other fields are not counted. An
+// event ends at a blank line. The payloads are read by a jsonScanner, which
+// keeps the last usage object seen in any chunk.
 type sseScanner struct {
-	lineStart bool // the next byte starts a line
-	prevCR    bool
-	field     int  // bytes of "data:" matched at the start of this line, -1: other field
-	inData    bool // inside the payload of a data line
-	sawFirst  bool // saw the payload's first non-blank byte
-
-	hasData   bool // the event so far has a data line
-	object    bool // its payload starts with '{'
-	usageOnly bool
-	role      bool
-	choices   matcher
-	roleKey   matcher
+	midLine bool // inside a line
+	prevCR  bool // the last byte was a CR, so an LF now is part of it
+	field   int  // bytes of "data:" matched at the start of this line; -1: another field
+	inData  bool // inside the payload of a data line
+	inEvent bool // a line has started since the last blank line
+	hasData bool // the event has a data line
+	plain   bool // sigPlain was returned for this event
+	doc     jsonScanner
 
 	events      int
 	first, last time.Time
-	started     bool
 }
 
 const dataField = "data:"
 
-func (s *sseScanner) scan(p []byte, now time.Time) {
-	if !s.started {
-		s.started = true
-		s.lineStart = true
-		s.choices.pat = `"choices":[]`
-		s.roleKey.pat = `"role":`
-	}
-	for _, c := range p {
-		if c == '\n' && s.prevCR {
+// next reads p until the input runs out or something the caller must act
+// on happens, and returns how many bytes it read and what happened. It
+// returns sigStart without reading the event's first byte, so that byte is
+// p[n].
+func (s *sseScanner) next(p []byte, now time.Time) (int, signal) {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if s.prevCR {
 			s.prevCR = false
-			continue // the \n of a \r\n
-		}
-		s.prevCR = c == '\r'
-		if c == '\n' || c == '\r' {
-			if s.lineStart {
-				s.dispatch(now)
+			if c == '\n' {
+				continue
 			}
-			s.lineStart, s.field, s.inData = true, 0, false
+		}
+		if c == '\n' || c == '\r' {
+			s.prevCR = c == '\r'
+			if s.midLine {
+				s.midLine, s.inData = false, false
+				continue
+			}
+			if s.inEvent {
+				return i + 1, s.dispatch(now)
+			}
 			continue
 		}
-		if s.lineStart {
-			s.lineStart = false
-			s.field = 0
+		if !s.midLine {
+			if !s.inEvent {
+				s.inEvent = true
+				return i, sigStart
+			}
+			s.midLine, s.field = true, 0
 		}
 		switch {
 		case s.inData:
-			if !s.sawFirst {
-				if c == ' ' || c == '\t' {
-					continue
-				}
-				s.sawFirst = true
-				s.object = c == '{'
-			}
-			if s.choices.feed(c) {
-				s.usageOnly = true
-			}
-			if s.roleKey.feed(c) {
-				s.role = true
+			j := lineEnd(p[i:])
+			s.doc.feed(p[i : i+j])
+			i += j - 1
+			if !s.plain && s.doc.d.plain() {
+				s.plain = true
+				return i + 1, sigPlain
 			}
 		case s.field >= 0:
 			if c != dataField[s.field] {
@@ -103,69 +87,285 @@ func (s *sseScanner) scan(p []byte, now time.Time) {
 			}
 			s.field++
 			if s.field == len(dataField) {
-				s.field, s.inData, s.sawFirst = -1, true, false
-				s.hasData = true
+				s.field, s.inData, s.hasData = -1, true, true
 			}
 		}
 	}
+	return len(p), sigNone
+}
+
+// lineEnd returns the index of the first CR or LF in b, or len(b).
+func lineEnd(b []byte) int {
+	n := bytes.IndexByte(b, '\n')
+	if n < 0 {
+		n = len(b)
+	}
+	if r := bytes.IndexByte(b[:n], '\r'); r >= 0 {
+		n = r
+	}
+	return n
 }
 
 // dispatch ends an event at a blank line.
-func (s *sseScanner) dispatch(now time.Time) {
-	if s.hasData && s.object && !s.usageOnly && !s.role {
+func (s *sseScanner) dispatch(now time.Time) signal {
+	d := &s.doc.d
+	sig := sigEnd
+	switch {
+	case !s.hasData:
+	case d.usageChunk():
+		sig = sigUsageEnd
+	case d.object && d.choices != choicesEmpty && !d.role:
+		sig = sigTokenEnd
 		if s.events == 0 {
 			s.first = now
 		}
 		s.last = now
 		s.events++
 	}
-	s.hasData, s.object, s.usageOnly, s.role = false, false, false, false
-	s.choices.pos, s.roleKey.pos = 0, 0
+	s.inEvent, s.hasData, s.plain = false, false, false
+	s.doc.d = docState{}
+	return sig
 }
 
-// usageScanner finds "completion_tokens": N in a JSON answer fed piecewise
-// and keeps the last N seen.
-type usageScanner struct {
-	key     matcher
-	state   int // 0: looking for the key, 1: want ':', 2: want a digit, 3: in digits
-	value   int
-	tokens  int
-	started bool
+// jsonScanner reads one JSON document fed piecewise (a whole answer, or the
+// payload of one event, after which d is reset) and keeps the last complete
+// top-level "usage" object it saw. It tracks strings and nesting, so text
+// inside a string never looks like a key.
+type jsonScanner struct {
+	d docState
+
+	usage              bool // a usage object was seen
+	prompt, completion int  // its prompt_tokens and completion_tokens
 }
 
-func (u *usageScanner) scan(p []byte) {
-	if !u.started {
-		u.started = true
-		u.key.pat = `"completion_tokens"`
-	}
-	for _, c := range p {
-		switch u.state {
-		case 0:
-			if u.key.feed(c) {
-				u.state = 1
-			}
-		case 1:
-			switch c {
-			case ' ', '\t', '\n', '\r':
-			case ':':
-				u.state = 2
-			default:
-				u.state = 0
-			}
-		case 2:
+// docState is the state of one document.
+type docState struct {
+	depth  int
+	arrays uint64 // bit k: the container at depth k+1 is an array
+
+	inStr, esc bool
+	wantKey    bool // the next string is a member name
+	inKey      bool
+	keyBad     bool // the name is too long or escaped: none that matters
+	keyLen     int
+	key        [len("completion_tokens")]byte
+	field      field // the member whose value comes next
+
+	started, object, closed bool // saw the first byte; it was '{'; the top level closed
+	choices                 choicesKind
+	openChoices             bool // just read `"choices":[`
+	role                    bool // a "role" member
+	inUsage                 bool // inside the top-level usage object
+	usageObj                bool // a top-level usage object closed
+	usageOther              bool // a top-level usage is not an object (null)
+
+	inNum              bool
+	numField           field
+	num                int
+	prompt, completion int
+}
+
+type field uint8
+
+const (
+	fieldNone field = iota
+	fieldChoices
+	fieldUsage
+	fieldPrompt
+	fieldCompletion
+)
+
+type choicesKind uint8
+
+const (
+	choicesUnseen choicesKind = iota
+	choicesEmpty
+	choicesFull // not empty, or not an array
+)
+
+// plain reports that the document cannot be a usage chunk.
+func (d *docState) plain() bool {
+	return (d.started && !d.object) || d.choices == choicesFull || d.usageOther ||
+		(d.closed && !d.usageChunk())
+}
+
+// usageChunk reports that the document is a complete usage chunk: an object
+// whose choices is empty and whose usage is an object.
+func (d *docState) usageChunk() bool {
+	return d.object && d.closed && d.choices == choicesEmpty && d.usageObj
+}
+
+func (j *jsonScanner) feed(p []byte) {
+	d := &j.d
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if d.inStr {
 			switch {
-			case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			case c >= '0' && c <= '9':
-				u.value, u.state = int(c-'0'), 3
-			default:
-				u.state = 0
+			case d.esc:
+				d.esc, d.keyBad = false, true
+			case c == '\\':
+				d.esc = true
+			case c == '"':
+				d.inStr = false
+				if d.inKey {
+					d.inKey = false
+					if !d.keyBad {
+						d.endKey(d.key[:d.keyLen])
+					}
+					d.wantKey = false
+				}
+			case d.inKey:
+				if d.keyLen < len(d.key) {
+					d.key[d.keyLen] = c
+					d.keyLen++
+				} else {
+					d.keyBad = true
+				}
+			default: // inside a value: skip to the next quote or backslash
+				for i+1 < len(p) && p[i+1] != '"' && p[i+1] != '\\' {
+					i++
+				}
 			}
-		case 3:
-			if c >= '0' && c <= '9' && u.value < 1<<40 {
-				u.value = u.value*10 + int(c-'0')
+			continue
+		}
+		if d.inNum {
+			if c >= '0' && c <= '9' {
+				if d.num < 1<<40 {
+					d.num = d.num*10 + int(c-'0')
+				}
 				continue
 			}
-			u.tokens, u.state = u.value, 0
+			d.inNum = false
+			if d.numField == fieldPrompt {
+				d.prompt = d.num
+			} else {
+				d.completion = d.num
+			}
+		}
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			continue
+		}
+		if !d.started {
+			d.started, d.object = true, c == '{'
+		}
+		if d.openChoices {
+			d.openChoices = false
+			d.choices = choicesFull
+			if c == ']' {
+				d.choices = choicesEmpty
+			}
+		}
+		switch c {
+		case '"':
+			if !d.wantKey {
+				d.inStr = true
+				d.value(c)
+				continue
+			}
+			k := i + 1
+			for k < len(p) && p[k] != '"' && p[k] != '\\' {
+				k++
+			}
+			if k < len(p) && p[k] == '"' { // the whole name is here: no need to copy it
+				d.endKey(p[i+1 : k])
+				i = k
+				continue
+			}
+			d.inStr, d.inKey, d.keyBad, d.keyLen = true, true, false, 0
+		case '{':
+			d.value(c)
+			d.push(false)
+			d.wantKey = d.inObject()
+		case '[':
+			d.value(c)
+			d.push(true)
+			d.wantKey = false
+		case '}', ']':
+			if c == '}' && d.inUsage && d.depth == 2 {
+				d.inUsage, d.usageObj = false, true
+				j.usage, j.prompt, j.completion = true, d.prompt, d.completion
+			}
+			if d.depth > 0 {
+				d.depth--
+				d.closed = d.depth == 0
+			}
+			d.wantKey = false
+		case ':':
+			d.wantKey = false
+		case ',':
+			d.field = fieldNone
+			d.wantKey = d.inObject()
+		default: // a number or literal
+			d.value(c)
+			if !d.inNum { // the rest of it does not matter
+				for i+1 < len(p) && literal(p[i+1]) {
+					i++
+				}
+			}
 		}
 	}
+}
+
+// literal reports whether c can continue a number or a literal.
+func literal(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c == '.' || c == '-' || c == '+' || c == 'E'
+}
+
+// endKey notes the member names that matter.
+func (d *docState) endKey(k []byte) {
+	d.wantKey = false
+	switch {
+	case d.depth == 1 && string(k) == "choices":
+		d.field = fieldChoices
+	case d.depth == 1 && string(k) == "usage":
+		d.field = fieldUsage
+	case d.depth == 2 && d.inUsage && string(k) == "prompt_tokens":
+		d.field = fieldPrompt
+	case d.depth == 2 && d.inUsage && string(k) == "completion_tokens":
+		d.field = fieldCompletion
+	case string(k) == "role":
+		d.role = true
+	}
+}
+
+// value sees the first byte of a value, before it opens a container.
+func (d *docState) value(c byte) {
+	f := d.field
+	d.field = fieldNone
+	switch f {
+	case fieldChoices:
+		if c == '[' {
+			d.openChoices = true
+		} else {
+			d.choices = choicesFull
+		}
+	case fieldUsage:
+		if c == '{' {
+			d.inUsage = true
+		} else {
+			d.usageOther = true
+		}
+	case fieldPrompt, fieldCompletion:
+		if c >= '0' && c <= '9' {
+			d.inNum, d.numField, d.num = true, f, int(c-'0')
+		}
+	}
+}
+
+func (d *docState) push(array bool) {
+	d.depth++
+	if d.depth <= 64 {
+		bit := uint64(1) << (d.depth - 1)
+		if array {
+			d.arrays |= bit
+		} else {
+			d.arrays &^= bit
+		}
+	}
+}
+
+// inObject reports whether the innermost container is an object (unknown,
+// so false, below 64 levels).
+func (d *docState) inObject() bool {
+	return d.depth >= 1 && d.depth <= 64 && d.arrays&(1<<(d.depth-1)) == 0
 }

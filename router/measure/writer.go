@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -13,7 +14,7 @@ type Result struct {
 	// Stream is true for a text/event-stream answer.
 	Stream bool
 	// TTFT is, for a stream, the time from the attempt's start to the first
-	// body byte.
+	// body byte relayed.
 	TTFT time.Duration
 	// Tokens and Decode describe the decode phase. For a stream, Tokens is
 	// the number of token-carrying events after the first and Decode the
@@ -24,7 +25,31 @@ type Result struct {
 	// queueing and prefill, so it reads lower than the engine's real rate.
 	Tokens int
 	Decode time.Duration
+
+	// PromptTokens and CompletionTokens are the usage the backend reported:
+	// for a whole JSON answer its top-level usage object, for a stream the
+	// last non-null usage object of any chunk, which is the final usage
+	// chunk's (stream_options.include_usage) or, for a stream cut short,
+	// the running usage vLLM puts in every chunk with
+	// stream_options.continuous_usage_stats. UsageExact is true when such an
+	// object was seen; otherwise both are zero.
+	PromptTokens     int
+	CompletionTokens int
+	UsageExact       bool
+	// Relayed is, for a stream, how many token-carrying events (counted as
+	// for Tokens, including the first) were written to the client whole:
+	// the charge for output when a stream ended without reporting usage.
+	// It counts events, not tokens: it is exact for servers that send one
+	// token per event, as gpuworker does and vLLM does without speculative
+	// decoding (vLLM's final event carries the end-of-sequence token, which
+	// usage counts too); it undercounts when events carry several tokens,
+	// and an OpenAI-style finish chunk with an empty delta adds one.
+	Relayed int
 }
+
+// maxHold bounds the bytes of one event a Writer holds back while stripping;
+// a usage chunk is a few hundred bytes, so a longer event is relayed.
+const maxHold = 16 << 10
 
 // Writer is an http.ResponseWriter that relays to the one it wraps and
 // measures the answer on the way. It must not be copied.
@@ -36,15 +61,36 @@ type Writer struct {
 	status int
 	stream bool
 	json   bool
-	first  time.Time // first body byte
-	last   time.Time // last body byte
+	strip  bool      // stripping the usage chunk from this answer
+	first  time.Time // first body byte relayed
+	last   time.Time // last body byte relayed
 
-	sse   sseScanner
-	usage usageScanner
+	sse     sseScanner
+	body    jsonScanner
+	relayed int
+
+	holding bool   // inside an event that may be the usage chunk, not yet relayed
+	held    []byte // the bytes of that event from earlier Writes
+	dropLF  bool   // a dropped event ended with CR: drop an LF that follows
 
 	// OnFirstByte, when set, is called once, when the first body byte of a
 	// successful answer has been relayed.
 	OnFirstByte func()
+	// StripUsageChunk, set before the answer starts, removes the usage
+	// chunk from a successful stream: the data event whose "choices" is
+	// empty and whose "usage" is an object, which the router asks for on
+	// the client's behalf (see package usage). Every other byte reaches the
+	// client unchanged. An event is held back from its first byte only until
+	// it is known not to be that chunk (a token event: once its "choices" is
+	// seen not to be empty) or until it ends, so when every Write carries
+	// whole events, as servers write them, each is relayed within the Write
+	// that carries it, before the caller flushes. An event split across
+	// Writes waits for its next part; one longer than 16 KiB is relayed as
+	// it is. Call Finish once the upstream answer has ended, or the start of
+	// an event the stream ended inside is lost. A stripped stream's
+	// Content-Length header is removed; an encoded (compressed) stream is
+	// not stripped.
+	StripUsageChunk bool
 }
 
 // NewWriter wraps w for an attempt that started at start; now is the clock
@@ -60,36 +106,164 @@ func NewWriter(w http.ResponseWriter, start time.Time, now func() time.Time) *Wr
 func (w *Writer) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
-		ct := w.Header().Get("Content-Type")
+		h := w.Header()
+		ct := h.Get("Content-Type")
 		w.stream = strings.HasPrefix(ct, "text/event-stream")
 		w.json = strings.HasPrefix(ct, "application/json")
+		// An encoded body cannot be read, so it is relayed as it is.
+		w.strip = w.StripUsageChunk && w.stream && code/100 == 2 && h.Get("Content-Encoding") == ""
+		if w.strip {
+			h.Del("Content-Length")
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// Write relays p and scans it.
+// Write relays p and scans it. While stripping, it reports all of p written
+// once it has relayed or held back every byte.
 func (w *Writer) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
+	if w.strip {
+		return w.writeStripping(p)
+	}
 	n, err := w.ResponseWriter.Write(p)
 	if n > 0 && w.status/100 == 2 {
 		now := w.now()
-		if w.first.IsZero() {
-			w.first = now
-			if w.OnFirstByte != nil {
-				w.OnFirstByte()
-			}
-		}
-		w.last = now
+		w.relayedAt(now)
 		switch {
 		case w.stream:
-			w.sse.scan(p[:n], now)
+			for q := p[:n]; len(q) > 0; {
+				k, sig := w.sse.next(q, now)
+				q = q[k:]
+				if sig == sigTokenEnd {
+					w.relayed++
+				}
+			}
 		case w.json:
-			w.usage.scan(p[:n])
+			w.body.feed(p[:n])
 		}
 	}
 	return n, err
+}
+
+// writeStripping relays p less the usage chunk. p[run:] is what is left to
+// relay; hold, when not -1, is where the event being held began in p (-1
+// while holding means it began in an earlier Write, and its bytes so far are
+// in w.held).
+func (w *Writer) writeStripping(p []byte) (int, error) {
+	now := w.now()
+	run, hold := 0, -1
+	tokens := 0 // token events ended in p[:i], not yet counted as relayed
+	for i := 0; i < len(p); {
+		if w.dropLF {
+			w.dropLF = false
+			if p[i] == '\n' {
+				run = i + 1
+			}
+		}
+		n, sig := w.sse.next(p[i:], now)
+		i += n
+		switch sig {
+		case sigStart:
+			w.holding, hold = true, i
+		case sigPlain, sigEnd, sigTokenEnd:
+			if sig == sigTokenEnd {
+				tokens++
+			}
+			if !w.holding {
+				break
+			}
+			if hold < 0 { // the event began in an earlier Write: its bytes go first
+				if err := w.emit(w.held, now); err != nil {
+					return 0, err
+				}
+				w.held = w.held[:0]
+			}
+			w.holding, hold = false, -1 // the rest of the event is part of the run
+		case sigUsageEnd:
+			if !w.holding {
+				break // too long to hold, so it was relayed
+			}
+			if hold > run {
+				if err := w.emit(p[run:hold], now); err != nil {
+					return run, err
+				}
+				w.relayed, tokens = w.relayed+tokens, 0
+			}
+			w.held = w.held[:0]
+			w.holding, hold = false, -1
+			run, w.dropLF = i, p[i-1] == '\r'
+		}
+	}
+	if w.holding {
+		if hold < 0 {
+			hold = 0
+		}
+		if len(w.held)+len(p)-hold > maxHold {
+			if err := w.emit(w.held, now); err != nil {
+				return 0, err
+			}
+			w.held = w.held[:0]
+			w.holding, hold = false, -1
+		}
+	}
+	end := len(p)
+	if w.holding {
+		end = hold
+	}
+	if err := w.emit(p[run:end], now); err != nil {
+		return run, err
+	}
+	w.relayed += tokens
+	if w.holding {
+		w.held = append(w.held, p[hold:]...)
+	}
+	return len(p), nil
+}
+
+// emit writes b to the client.
+func (w *Writer) emit(b []byte, now time.Time) error {
+	if len(b) == 0 {
+		return nil
+	}
+	n, err := w.ResponseWriter.Write(b)
+	if n > 0 {
+		w.relayedAt(now)
+	}
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	return err
+}
+
+// relayedAt notes that body bytes reached the client at now.
+func (w *Writer) relayedAt(now time.Time) {
+	if w.first.IsZero() {
+		w.first = now
+		if w.OnFirstByte != nil {
+			w.OnFirstByte()
+		}
+	}
+	w.last = now
+}
+
+// Finish relays, and flushes, what stripping still holds back: the start of
+// an event the stream ended inside, which the client should still get. Call
+// it once the upstream answer has ended, before Result; it does nothing when
+// nothing is held.
+func (w *Writer) Finish() error {
+	if !w.holding {
+		return nil
+	}
+	w.holding = false
+	err := w.emit(w.held, w.now())
+	w.held = w.held[:0]
+	if err != nil {
+		return err
+	}
+	return w.FlushError()
 }
 
 // FlushError flushes the wrapped writer, as http.ResponseController does.
@@ -115,10 +289,13 @@ func (w *Writer) Result() Result {
 			r.Tokens = w.sse.events - 1
 			r.Decode = w.sse.last.Sub(w.sse.first)
 		}
+		r.Relayed = w.relayed
+		r.PromptTokens, r.CompletionTokens, r.UsageExact = w.sse.doc.prompt, w.sse.doc.completion, w.sse.doc.usage
 		return r
 	}
-	if w.usage.tokens > 0 {
-		r.Tokens = w.usage.tokens
+	r.PromptTokens, r.CompletionTokens, r.UsageExact = w.body.prompt, w.body.completion, w.body.usage
+	if w.body.completion > 0 {
+		r.Tokens = w.body.completion
 		r.Decode = w.last.Sub(w.start)
 	}
 	return r

@@ -30,18 +30,27 @@ func TestSSECountsTokenEventsWhateverTheChunking(t *testing.T) {
 			var s sseScanner
 			t0 := time.Unix(0, 0)
 			for i := 0; i < len(body); i += split {
-				s.scan([]byte(body[i:min(i+split, len(body))]), t0.Add(time.Duration(i)))
+				scan(&s, []byte(body[i:min(i+split, len(body))]), t0.Add(time.Duration(i)))
 			}
 			require.Equal(t, 3, s.events, "split %d of %q", split, body[:20])
 			assert.False(t, s.last.Before(s.first))
+			assert.Equal(t, [3]any{true, 3, 3}, [3]any{s.doc.usage, s.doc.prompt, s.doc.completion})
 		}
 	}
 }
 
 func TestSSEIgnoresOtherFieldsAndPayloads(t *testing.T) {
 	var s sseScanner
-	s.scan([]byte("event: ping\ndata: 1\n\nid: 3\n\nretry: 5\n\nnodata: {}\n\ndata: {}\ndata: {}\n\n"), time.Unix(1, 0))
+	scan(&s, []byte("event: ping\ndata: 1\n\nid: 3\n\nretry: 5\n\nnodata: {}\n\ndata: {}\ndata: {}\n\n"), time.Unix(1, 0))
 	assert.Equal(t, 1, s.events, "only the last event has a JSON object payload (two data lines, one event)")
+}
+
+// scan feeds p to s, as a Writer does.
+func scan(s *sseScanner, p []byte, now time.Time) {
+	for len(p) > 0 {
+		n, _ := s.next(p, now)
+		p = p[n:]
+	}
 }
 
 func TestWriterMeasuresAStream(t *testing.T) {
@@ -66,6 +75,10 @@ func TestWriterMeasuresAStream(t *testing.T) {
 	assert.Equal(t, time.Second, r.TTFT, "first body byte at the first clock reading")
 	assert.Equal(t, 2, r.Tokens, "three token events (the finish chunk counts): two after the first")
 	assert.Equal(t, 3*time.Second, r.Decode, "from the 2nd write (first token) to the 5th (the finish chunk), one second each")
+	assert.Equal(t, 3, r.Relayed)
+	assert.True(t, r.UsageExact)
+	assert.Equal(t, 3, r.PromptTokens)
+	assert.Equal(t, 3, r.CompletionTokens)
 }
 
 func TestWriterMeasuresAWholeAnswer(t *testing.T) {
@@ -83,6 +96,10 @@ func TestWriterMeasuresAWholeAnswer(t *testing.T) {
 	assert.False(t, r.Stream)
 	assert.Zero(t, r.TTFT, "no TTFT for a whole answer")
 	assert.Equal(t, 42, r.Tokens)
+	assert.True(t, r.UsageExact)
+	assert.Equal(t, 5, r.PromptTokens)
+	assert.Equal(t, 42, r.CompletionTokens)
+	assert.Zero(t, r.Relayed, "no events in a whole answer")
 	assert.Equal(t, time.Duration((len(body)+9)/10)*time.Second, r.Decode)
 }
 
@@ -103,7 +120,7 @@ func BenchmarkSSEScan(b *testing.B) {
 	var s sseScanner
 	now := time.Unix(0, 0)
 	for b.Loop() {
-		s.scan(p, now)
+		scan(&s, p, now)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -85,7 +86,13 @@ func New(o Options) (*Proxy, error) {
 // written to w. A failure after the response started panics with
 // http.ErrAbortHandler, as httputil.ReverseProxy does, so the server aborts
 // the client connection.
-func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL, body []byte) error {
+//
+// The client's credentials (Authorization, Api-Key, cookies) and its
+// OpenAI-Organization and OpenAI-Project never reach the backend;
+// authorization, when not empty, is sent as the backend's own
+// Authorization. The backend's Set-Cookie, Server and rate-limit headers
+// never reach the client.
+func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL, authorization string, body []byte) error {
 	var attemptErr error
 	rp := httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -95,6 +102,16 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 			pr.Out.ContentLength = int64(len(body))
 			pr.Out.Header.Set("Content-Length", strconv.Itoa(len(body)))
 			pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+			h := pr.Out.Header
+			// The client's identity to Sluice, never the backend's business.
+			// Accept-Encoding goes too: the router reads answers' usage, and
+			// the transport asks for (and undoes) compression on its own.
+			for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding"} {
+				h.Del(k)
+			}
+			if authorization != "" {
+				h.Set("Authorization", authorization)
+			}
 			pr.SetXForwarded()
 			if p.inject != nil {
 				p.inject(pr.Out.Context(), pr.Out.Header)
@@ -106,6 +123,11 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 		ModifyResponse: func(res *http.Response) error {
 			// The router owns the request ID; a backend's own must not duplicate it.
 			res.Header.Del("X-Request-Id")
+			for k := range res.Header {
+				if k == "Set-Cookie" || k == "Server" || strings.HasPrefix(k, "X-Ratelimit-") {
+					res.Header.Del(k)
+				}
+			}
 			return nil
 		},
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {

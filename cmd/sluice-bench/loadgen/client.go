@@ -90,6 +90,8 @@ type sender struct {
 	url    string
 	model  string
 	stream bool
+	// authorization is the Authorization header value; empty sends none.
+	authorization string
 }
 
 // send posts one completion with prompt, maxTokens and user (omitted when
@@ -112,6 +114,9 @@ func (s *sender) send(ctx context.Context, prompt []int, maxTokens int, user str
 		return sample
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if s.authorization != "" {
+		req.Header.Set("Authorization", s.authorization)
+	}
 	if s.stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}

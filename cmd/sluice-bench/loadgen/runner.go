@@ -26,6 +26,8 @@ type Options struct {
 	Model string
 	// Stream asks for SSE with usage, which measures TTFT and ITL.
 	Stream bool
+	// APIKey, when set, is sent as a bearer token (a Sluice tenant's key).
+	APIKey string
 	// Concurrency caps the requests in flight; a request due while the cap
 	// is reached waits for a slot. Zero means no cap.
 	Concurrency int
@@ -83,6 +85,9 @@ func New(opts Options) (*Runner, error) {
 	}
 	r := &Runner{opts: opts, ownClient: ownClient}
 	r.send = sender{client: opts.Client, url: u, model: opts.Model, stream: opts.Stream}
+	if opts.APIKey != "" {
+		r.send.authorization = "Bearer " + opts.APIKey
+	}
 	return r, nil
 }
 

@@ -1,0 +1,172 @@
+package backends
+
+import "time"
+
+// ErrorClass says how an attempt ended. Settlement, endpoint statistics,
+// breakers, metrics and logs all read it from the attempt's Outcome.
+type ErrorClass uint8
+
+// The classes of an attempt's end.
+const (
+	// ClassOK: the answer was relayed to its end with a 2xx status.
+	ClassOK ErrorClass = iota
+	// ClassClientGone: the client left before the answer ended; the
+	// backend did nothing wrong.
+	ClassClientGone
+	// ClassUnreachable: the backend could not be connected to; nothing was
+	// sent, so another endpoint may be tried.
+	ClassUnreachable
+	// ClassTimeout: no response headers (or no next chunk) in time.
+	ClassTimeout
+	// ClassUpstream5xx: the backend answered with a 5xx status.
+	ClassUpstream5xx
+	// ClassUpstream4xx: the backend answered with a 4xx status: the
+	// request's fault, not the backend's.
+	ClassUpstream4xx
+	// ClassFailed: the answer broke after it started, or the backend
+	// refused the request for a reason of its own.
+	ClassFailed
+)
+
+var classNames = [...]string{
+	ClassOK:          "ok",
+	ClassClientGone:  "client_gone",
+	ClassUnreachable: "unreachable",
+	ClassTimeout:     "timeout",
+	ClassUpstream5xx: "upstream_5xx",
+	ClassUpstream4xx: "upstream_4xx",
+	ClassFailed:      "failed",
+}
+
+// String is the class's metric label.
+func (c ErrorClass) String() string {
+	if int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return "unknown"
+}
+
+// BackendFault reports whether the class counts against the backend (for
+// breakers and health): unreachable, timeouts, 5xx and broken answers do;
+// success, client cancels and 4xx do not.
+func (c ErrorClass) BackendFault() bool {
+	switch c {
+	case ClassUnreachable, ClassTimeout, ClassUpstream5xx, ClassFailed:
+		return true
+	}
+	return false
+}
+
+// Outcome is what one attempt came to: the one value that settlement,
+// endpoint statistics, breakers, metrics and logs read.
+type Outcome struct {
+	// Class says how the attempt ended.
+	Class ErrorClass
+	// Status is the HTTP status relayed to the client, 0 when none was.
+	Status int
+	// PromptTokens and CompletionTokens are the answer's usage: from its
+	// usage object when UsageExact, else what was counted on the way.
+	PromptTokens     int
+	CompletionTokens int
+	UsageExact       bool
+	// TTFT is the time from the attempt's start to its first token, 0 when
+	// none came.
+	TTFT time.Duration
+	// DecodeTokens and Decode measure the decode phase: tokens generated
+	// after the first, and the time they took. Zero when not measured.
+	DecodeTokens int
+	Decode       time.Duration
+}
+
+// Attempt is one request sent to one endpoint. It keeps the endpoint's
+// in-flight counts and pending prefill for the attempt's life and feeds its
+// measurements to the endpoint's averages, the same way for the live
+// router and the fleet simulator. Start it with Endpoint.Start, call
+// FirstToken when the first token arrives, and Finish exactly once.
+type Attempt struct {
+	ep         *Endpoint
+	prompt     int64
+	tokens     int64
+	ahead      int64
+	prefilling bool
+	finished   bool
+}
+
+// Start begins an attempt on e for a request with prompt tokens (the
+// router's estimate) and expected tokens in all (prompt plus expected
+// output). It counts the request in flight, records the prefill queued
+// ahead of it (PrefillAhead) and adds its prompt to the pending prefill.
+func (e *Endpoint) Start(prompt, expected int64) Attempt {
+	a := Attempt{ep: e, prompt: prompt, tokens: expected, prefilling: true}
+	e.Begin(expected)
+	a.ahead = e.PrefillAhead(prompt)
+	e.BeginPrefill(prompt)
+	return a
+}
+
+// Endpoint is the attempt's endpoint.
+func (a *Attempt) Endpoint() *Endpoint { return a.ep }
+
+// Ahead is the prompt tokens queued on the endpoint before this attempt
+// when it started.
+func (a *Attempt) Ahead() int64 { return a.ahead }
+
+// FirstToken records the first token, ttft after the start: the prompt is
+// no longer pending, and ttft is a time-to-first-token and prefill-rate
+// measurement of the endpoint. Later calls do nothing.
+func (a *Attempt) FirstToken(ttft time.Duration) {
+	if !a.prefilling {
+		return
+	}
+	a.prefilling = false
+	a.ep.EndPrefill(a.prompt)
+	a.ep.ObserveTTFT(ttft)
+	a.ep.ObservePrefill(a.ahead, int(a.prompt), ttft)
+}
+
+// Finish ends the attempt with o: a relayed answer (also one whose client
+// left after it began) feeds its decode rate to the endpoint; the pending
+// prefill and in-flight counts are released, last, so that once in-flight
+// drops the attempt is fully recorded. Later calls do nothing.
+func (a *Attempt) Finish(o Outcome) {
+	if a.finished {
+		return
+	}
+	a.finished = true
+	if o.Class == ClassOK || o.Class == ClassClientGone {
+		a.ep.ObserveDecode(o.DecodeTokens, o.Decode)
+	}
+	if a.prefilling {
+		a.prefilling = false
+		a.ep.EndPrefill(a.prompt)
+	}
+	a.ep.End(a.tokens)
+}
+
+// PrefillAhead is the prompt tokens e must prefill before it can start on a
+// new request with prompt tokens: the prompts this replica has sent there
+// without a first token yet (PendingPromptTokens) and, when a fresh scrape
+// shows more requests waiting in the engine than this replica has pending
+// there (other replicas' prompts), that surplus at the mean size of the
+// prompts this replica has sent there (this prompt's size before the
+// first). Running requests are not counted: they are past their prefill or
+// in it, and the measured prefill rate already reflects the decode work
+// they add to each step. An Attempt records it when it starts and passes it
+// to ObservePrefill, so that the measured rate and the backlog it divides
+// count the same tokens.
+func (e *Endpoint) PrefillAhead(prompt int64) int64 {
+	own := e.PendingPromptTokens()
+	l := e.Load()
+	if l == nil {
+		return own
+	}
+	others := int64(l.Waiting) - e.PendingRequests()
+	if others <= 0 {
+		return own
+	}
+	mean := e.MeanPrompt()
+	if mean == 0 {
+		mean = float64(prompt)
+	}
+	return own + int64(float64(others)*mean)
+}

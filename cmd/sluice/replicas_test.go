@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// redisServer is a redis-server process this test owns, on a free port,
+// so that it can be stopped and started again mid-run.
+type redisServer struct {
+	t    *testing.T
+	port int
+	cmd  *exec.Cmd
+}
+
+func startRedis(t *testing.T) *redisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed; .ci/run installs it")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	r := &redisServer{t: t, port: port}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
+
+func (r *redisServer) start() {
+	r.t.Helper()
+	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.t.TempDir())
+	require.NoError(r.t, r.cmd.Start())
+	require.Eventually(r.t, func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", r.port))
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("PING\r\n"))
+		b := make([]byte, 5)
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, _ := c.Read(b)
+		return string(b[:n]) == "+PONG"
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func (r *redisServer) stop() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+		r.cmd = nil
+	}
+}
+
+// buildSluice builds this command once per test binary run.
+func buildSluice(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sluice")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
+}
+
+var listenLine = regexp.MustCompile(`msg="sluice listening" addr=(\S+)`)
+
+// startReplica runs `sluice serve` as its own process and returns its address.
+func startReplica(t *testing.T, bin, config string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--config", config, "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), "SLUICE_REDIS_URL=")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	addrs := make(chan string, 1)
+	var logs syncBuffer
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logs.Write(append(sc.Bytes(), '\n'))
+			if m := listenLine.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case addrs <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	select {
+	case a := <-addrs:
+		return a
+	case <-time.After(20 * time.Second):
+		t.Fatalf("replica did not start:\n%s", logs.String())
+		return ""
+	}
+}
+
+// tenantConfig serves model m from worker with one tenant "acme" (key
+// sk-acme) on a tier limited as limits says.
+func tenantConfig(t *testing.T, worker, limits, store string) string {
+	t.Helper()
+	return writeConfig(t, `listen: 127.0.0.1:0
+scrape:
+  enabled: false
+models:
+  - name: m
+    policy: round_robin
+    backends:
+      - url: `+worker+`
+tiers:
+  - name: t
+`+limits+`
+tenants:
+  - name: acme
+    tier: t
+    api_keys: ["`+strings.TrimSpace(sha256Line("sk-acme"))+`"]
+limits:
+`+store)
+}
+
+// burst sends n chat requests spread round robin over addrs with
+// concurrency c, and counts the answers by status.
+func burst(t *testing.T, addrs []string, n, c int) map[int]int {
+	t.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: c}
+	defer tr.CloseIdleConnections()
+	clients := make([]openai.Client, len(addrs))
+	for i, a := range addrs {
+		clients[i] = openai.NewClient(option.WithBaseURL("http://"+a+"/v1/"), option.WithAPIKey("sk-acme"),
+			option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: tr}))
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				cl := clients[i%len(clients)]
+				_, err := cl.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+					Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+					MaxTokens: openai.Int(10),
+				})
+				code := http.StatusOK
+				if err != nil {
+					var apiErr *openai.Error
+					if !assert.ErrorAs(t, err, &apiErr) {
+						return
+					}
+					code = apiErr.StatusCode
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return codes
+}
+
+// TestReplicasShareOneLimitThroughRedis runs three sluice processes on one
+// Redis and checks that one tenant's burst spread over all three admits
+// what one replica admits, and what the tier says: 100 requests of 300
+// (the rate adds one a minute... one a second here, so a few more at most).
+// With the in-process store each replica would admit its own 100.
+func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	redis := startRedis(t)
+	bin := buildSluice(t)
+	worker := startWorker(t, "m")
+	limits := "    requests_per_minute: 60\n    requests_burst: 100\n"
+
+	shared := tenantConfig(t, worker.URL, limits, "  redis_url: "+redis.url()+"\n  key_prefix: shared\n")
+	var three []string
+	for range 3 {
+		three = append(three, startReplica(t, bin, shared))
+	}
+	got := burst(t, three, 300, 12)
+	assert.Zero(t, got[http.StatusInternalServerError]+got[http.StatusBadGateway]+got[http.StatusServiceUnavailable])
+	assert.Equal(t, 300, got[http.StatusOK]+got[http.StatusTooManyRequests])
+	assert.InDelta(t, 100, got[http.StatusOK], 5, "three replicas admit the tier's burst (±5%%), got %v", got)
+
+	single := tenantConfig(t, worker.URL, limits, "  redis_url: "+redis.url()+"\n  key_prefix: single\n")
+	one := startReplica(t, bin, single)
+	gotOne := burst(t, []string{one}, 300, 12)
+	assert.InDelta(t, gotOne[http.StatusOK], got[http.StatusOK], 5, "three replicas admit what one does: %v vs %v", got, gotOne)
+
+	// For contrast: three replicas each with their own in-process store
+	// admit the burst three times over.
+	local := tenantConfig(t, worker.URL, limits, "  key_prefix: local\n")
+	var apart []string
+	for range 3 {
+		apart = append(apart, startReplica(t, bin, local))
+	}
+	gotApart := burst(t, apart, 300, 12)
+	assert.Greater(t, gotApart[http.StatusOK], 250, "in-process limits multiply by the replicas: %v", gotApart)
+	t.Logf("shared Redis: %v; one replica: %v; three in-process stores: %v", got, gotOne, gotApart)
+}
+
+// TestRedisDownFailsOpenAndLimitsReturn stops Redis under three replicas:
+// fail-open keeps serving with no 5xx, and once Redis is back the limits
+// hold again by themselves.
+func TestRedisDownFailsOpenAndLimitsReturn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	redis := startRedis(t)
+	bin := buildSluice(t)
+	worker := startWorker(t, "m")
+	cfg := tenantConfig(t, worker.URL, "    requests_per_minute: 60\n    requests_burst: 20\n",
+		"  redis_url: "+redis.url()+"\n  timeout: 50ms\n")
+	var addrs []string
+	for range 3 {
+		addrs = append(addrs, startReplica(t, bin, cfg))
+	}
+	before := burst(t, addrs, 60, 6)
+	assert.InDelta(t, 20, before[http.StatusOK], 2, "limited while Redis is up: %v", before)
+
+	redis.stop()
+	during := burst(t, addrs, 60, 6)
+	assert.Equal(t, map[int]int{http.StatusOK: 60}, during, "fail-open: every request served, none a 5xx")
+
+	redis.start() // empty: the tenant's burst is whole again
+	require.Eventually(t, func() bool {
+		return burst(t, addrs, 30, 6)[http.StatusTooManyRequests] > 0
+	}, 15*time.Second, 100*time.Millisecond, "limits hold again after Redis returns")
+	after := burst(t, addrs, 60, 6)
+	assert.Equal(t, 60, after[http.StatusTooManyRequests], "the burst is spent again: %v", after)
+	for _, a := range addrs {
+		page := scrapeText(t, a)
+		assert.Regexp(t, `sluice_quota_decisions_total\{dimension="",result="failed_open"\} \d+`, page)
+		assert.Contains(t, page, "sluice_quota_store_up 1")
+	}
+}
+
+func scrapeText(t *testing.T, addr string) string {
+	t.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var b strings.Builder
+	_, err = bufio.NewReader(res.Body).WriteTo(&b)
+	require.NoError(t, err)
+	return b.String()
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-llm/sluice/configs"
+	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/policies/quota/memstore"
+	"github.com/sluice-llm/sluice/policies/quota/redisstore"
+	"github.com/sluice-llm/sluice/router/auth"
+)
+
+// buildTenants turns the config's tenants into the router's directory; no
+// tenants gives an open directory.
+func buildTenants(c *configs.Config) (*auth.Directory, error) {
+	tenants := make([]*auth.Tenant, 0, len(c.Tenants))
+	keys := make([][]auth.Digest, 0, len(c.Tenants))
+	for i, t := range c.Tenants {
+		tier, ok := c.Tier(t.Tier)
+		if !ok {
+			return nil, &configs.FieldError{Field: fmt.Sprintf("tenants[%d].tier", i), Message: "no tier " + t.Tier}
+		}
+		plan := tier.Effective(t.Overrides)
+		q := plan.Quota
+		tenants = append(tenants, &auth.Tenant{
+			Name: t.Name, Tier: plan.Tier, Priority: plan.Priority, Models: plan.Models,
+			DefaultMaxTokens: int(plan.DefaultMaxTokens),
+			Limits: quota.Limits{
+				RequestsPerMinute: q.RequestsPerMinute, RequestBurst: q.RequestsBurst,
+				InputTokensPerMinute: q.InputTokensPerMinute, InputBurst: q.InputTokensBurst,
+				OutputTokensPerMinute: q.OutputTokensPerMinute, OutputBurst: q.OutputTokensBurst,
+				Concurrency: q.ConcurrentRequests, TokensPerDay: q.TokensPerDay,
+			},
+		})
+		var ds []auth.Digest
+		for j, h := range t.KeyHashes() {
+			var d auth.Digest
+			if n, err := hex.Decode(d[:], []byte(h)); err != nil || n != len(d) {
+				return nil, &configs.FieldError{Field: fmt.Sprintf("tenants[%d].api_keys[%d]", i, j), Message: "not a SHA-256 hex digest"}
+			}
+			ds = append(ds, d)
+		}
+		keys = append(keys, ds)
+	}
+	return auth.NewDirectory(tenants, keys)
+}
+
+// limitStore is the configured Store: Redis when a URL is given (the
+// --redis-url flag or SLUICE_REDIS_URL override the file), else
+// in-process. close releases it.
+type limitStore struct {
+	store quota.Store
+	redis bool
+	close func() error
+}
+
+func newLimitStore(c *configs.Config, redisURL string) (limitStore, error) {
+	if redisURL == "" {
+		redisURL = c.Limits.RedisURL
+	}
+	if redisURL == "" {
+		return limitStore{store: memstore.New(), close: func() error { return nil }}, nil
+	}
+	client, err := redisClient(redisURL, c.Limits.Timeout.Std())
+	if err != nil {
+		return limitStore{}, err
+	}
+	st, err := redisstore.New(client, redisstore.Options{KeyPrefix: c.Limits.KeyPrefix})
+	if err != nil {
+		_ = client.Close()
+		return limitStore{}, err
+	}
+	return limitStore{store: st, redis: true, close: client.Close}, nil
+}
+
+// newLimiter builds the limit stage over st.
+func newLimiter(c *configs.Config, st limitStore, log *slog.Logger, reg prometheus.Registerer) (*quota.Limiter, error) {
+	return quota.NewLimiter(quota.LimiterOptions{
+		Store:      st.store,
+		FailClosed: !c.Limits.FailsOpen(),
+		Timeout:    c.Limits.Timeout.Std(),
+		LeaseTTL:   c.Limits.LeaseTTL.Std(),
+		Async:      st.redis,
+		Logger:     log,
+		Metrics:    reg,
+	})
+}
+
+// redisClient connects to one Redis node (redis://, rediss://, unix://),
+// a Sentinel-managed one (a master_name=NAME query, sentinels as addr=
+// queries) or a Cluster (addr= queries naming more nodes). Every call is
+// bounded by timeout and never retried: a slow Redis must make the
+// limits fail open or closed, not hold requests.
+func redisClient(raw string, timeout time.Duration) (redis.UniversalClient, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("limits.redis_url: %w", err)
+	}
+	q := u.Query()
+	switch {
+	case q.Has("master_name"):
+		o, err := redis.ParseFailoverURL(raw)
+		if err != nil {
+			return nil, fmt.Errorf("limits.redis_url: %w", err)
+		}
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = 4*timeout, timeout, timeout, timeout, -1
+		o.ContextTimeoutEnabled = true
+		return redis.NewFailoverClient(o), nil
+	case q.Has("addr"):
+		o, err := redis.ParseClusterURL(raw)
+		if err != nil {
+			return nil, fmt.Errorf("limits.redis_url: %w", err)
+		}
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = 4*timeout, timeout, timeout, timeout, -1
+		o.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("limits.redis_url: %w", err)
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = 4*timeout, timeout, timeout, timeout, -1
+	o.ContextTimeoutEnabled = true
+	return redis.NewClient(o), nil
+}

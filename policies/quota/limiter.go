@@ -1,0 +1,377 @@
+package quota
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SettleItem is one settlement for a Store that settles several in one
+// round trip.
+type SettleItem struct {
+	Key        string
+	Limits     Limits
+	Settlement Settlement
+	Now        time.Time
+}
+
+// BatchSettler is a Store that can settle several reservations in one
+// round trip; the Limiter uses it when the Store has it.
+type BatchSettler interface {
+	SettleBatch(ctx context.Context, items []SettleItem) error
+}
+
+// RejectError is a reservation the limits refused: the router answers it
+// with 429 and Retry-After.
+type RejectError struct {
+	// Dimension is the limit that refused.
+	Dimension Dimension
+	// RetryAfter is how long until the same request could pass.
+	RetryAfter time.Duration
+	// TooLarge is set when the request alone exceeds the dimension's
+	// burst, so that it can never pass; Limit and Requested then say by
+	// how much.
+	TooLarge  bool
+	Limit     int64
+	Requested int64
+	// Decision is the Store's answer, for the rate-limit headers.
+	Decision Decision
+}
+
+func (e *RejectError) Error() string {
+	if e.TooLarge {
+		return fmt.Sprintf("Request too large for the %s limit: Limit %d, Requested %d. Lower max_tokens or the prompt's size.",
+			describe(e.Dimension), e.Limit, e.Requested)
+	}
+	if e.Dimension == DimTokensPerDay {
+		return "You exceeded your daily token quota. It resets at 00:00 UTC."
+	}
+	return fmt.Sprintf("Rate limit reached for %s. Please try again in %s.", describe(e.Dimension), roundUp(e.RetryAfter))
+}
+
+func describe(d Dimension) string {
+	switch d {
+	case DimRequests:
+		return "requests per minute"
+	case DimInputTokens:
+		return "input tokens per minute"
+	case DimOutputTokens:
+		return "output tokens per minute"
+	case DimConcurrency:
+		return "concurrent requests"
+	case DimTokensPerDay:
+		return "tokens per day"
+	}
+	return string(d)
+}
+
+// roundUp is d rounded up to the millisecond, as Retry-After-Ms says it.
+func roundUp(d time.Duration) time.Duration {
+	return max((d+time.Millisecond-1)/time.Millisecond, 1) * time.Millisecond
+}
+
+// ErrUnavailable is Reserve's answer when the Store failed and the limits
+// fail closed: the router answers 503.
+var ErrUnavailable = errors.New("the rate-limit store is unavailable")
+
+// LimiterOptions configures a Limiter. Zero fields mean the documented
+// defaults.
+type LimiterOptions struct {
+	// Store holds the counters. Required.
+	Store Store
+	// FailClosed refuses requests (ErrUnavailable) while the Store fails;
+	// the default, fail open, lets them through uncharged.
+	FailClosed bool
+	// Timeout bounds each Store call. Default 50ms.
+	Timeout time.Duration
+	// LeaseTTL is how long an unsettled reservation keeps its concurrency
+	// slot (a replica that died cannot settle). Default 10m.
+	LeaseTTL time.Duration
+	// Async settles in the background, in batches, from Run, so that a
+	// remote Store's round trip is off the request's path. Run must then
+	// be running; after it returns, settlements are made inline.
+	Async bool
+	// Logger receives store failures and recoveries. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics is where the limiter registers its collectors. Nil means
+	// none are registered.
+	Metrics prometheus.Registerer
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Limiter is the limit stage of the request pipeline: Reserve before
+// routing, Settle once the answer ended. It is safe for concurrent use.
+type Limiter struct {
+	o        LimiterOptions
+	batch    BatchSettler
+	prefix   string
+	seq      atomic.Uint64
+	degraded atomic.Bool
+	queue    chan SettleItem
+	running  atomic.Bool
+	mu       sync.Mutex // guards stopped
+	stopped  bool
+
+	decisions   *prometheus.CounterVec // result, dimension
+	storeErrors *prometheus.CounterVec // op
+	storeUp     prometheus.Gauge
+	latency     *prometheus.HistogramVec // op
+}
+
+// NewLimiter validates o and returns a Limiter.
+func NewLimiter(o LimiterOptions) (*Limiter, error) {
+	if o.Store == nil {
+		return nil, errors.New("quota: nil Store")
+	}
+	if o.Timeout < 0 || o.LeaseTTL < 0 {
+		return nil, errors.New("quota: Timeout and LeaseTTL must not be negative")
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 10 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("quota: lease prefix: %w", err)
+	}
+	l := &Limiter{o: o, prefix: hex.EncodeToString(b[:]) + "-", queue: make(chan SettleItem, 4096)}
+	l.batch, _ = o.Store.(BatchSettler)
+	l.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_quota_decisions_total",
+		Help: "Reservations by result (allowed, denied, failed_open, failed_closed) and, when denied, the dimension that refused.",
+	}, []string{"result", "dimension"})
+	l.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_quota_store_errors_total",
+		Help: "Limit store calls that failed, by operation (reserve, settle).",
+	}, []string{"op"})
+	l.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_quota_store_up",
+		Help: "1 while the limit store answers, 0 after a failed call until the next success.",
+	})
+	l.storeUp.Set(1)
+	l.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_quota_store_duration_seconds",
+		Help:    "Time spent in limit store calls, by operation.",
+		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
+	}, []string{"op"})
+	if o.Metrics != nil {
+		for _, c := range []prometheus.Collector{l.decisions, l.storeErrors, l.storeUp, l.latency} {
+			if err := o.Metrics.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return l, nil
+}
+
+// Reservation is what Reserve charged; pass it to Settle once.
+type Reservation struct {
+	// Decision is the Store's answer, for the rate-limit headers. It is
+	// zero when the Store failed open.
+	Decision Decision
+	key      string
+	lim      Limits
+	amt      Amount
+	lease    string
+	at       time.Time
+	held     bool // false: nothing was charged (failed open)
+}
+
+// Reserve charges amt against key's limits lim. It returns a *RejectError
+// when a limit refuses, ErrUnavailable when the Store failed and the
+// limits fail closed, and otherwise a Reservation (uncharged when the
+// Store failed and the limits fail open).
+func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amount) (*Reservation, error) {
+	now := l.o.Now()
+	lease := l.prefix + strconv.FormatUint(l.seq.Add(1), 36)
+	cctx, cancel := context.WithTimeout(ctx, l.o.Timeout)
+	d, err := l.o.Store.Reserve(cctx, key, lim, amt, Lease{ID: lease, TTL: l.o.LeaseTTL}, now)
+	cancel()
+	l.latency.WithLabelValues("reserve").Observe(l.o.Now().Sub(now).Seconds())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // the client left: not the store's fault
+		}
+		l.failed("reserve", err)
+		if l.o.FailClosed {
+			l.decisions.WithLabelValues("failed_closed", "").Inc()
+			return nil, ErrUnavailable
+		}
+		l.decisions.WithLabelValues("failed_open", "").Inc()
+		return &Reservation{key: key, lim: lim, amt: amt, at: now}, nil
+	}
+	l.recovered()
+	if !d.Allowed {
+		l.decisions.WithLabelValues("denied", string(d.Denied)).Inc()
+		re := &RejectError{Dimension: d.Denied, RetryAfter: d.RetryAfter, Decision: d}
+		if limit, ask := tooLarge(d.Denied, lim, amt); limit > 0 && d.RetryAfter == 0 {
+			re.TooLarge, re.Limit, re.Requested = true, limit, ask
+			re.RetryAfter = time.Minute
+		}
+		return nil, re
+	}
+	l.decisions.WithLabelValues("allowed", "").Inc()
+	return &Reservation{Decision: d, key: key, lim: lim, amt: amt, lease: lease, at: now, held: true}, nil
+}
+
+// tooLarge returns the burst and the amount asked when amt alone exceeds
+// dimension d's burst, else zeros.
+func tooLarge(d Dimension, lim Limits, amt Amount) (int64, int64) {
+	var burst, ask int64
+	orRate := func(b, rate int64) int64 { // a zero burst is one minute's worth
+		if b <= 0 {
+			return rate
+		}
+		return b
+	}
+	switch d {
+	case DimRequests:
+		burst, ask = orRate(lim.RequestBurst, lim.RequestsPerMinute), amt.Requests
+	case DimInputTokens:
+		burst, ask = orRate(lim.InputBurst, lim.InputTokensPerMinute), amt.Input
+	case DimOutputTokens:
+		burst, ask = orRate(lim.OutputBurst, lim.OutputTokensPerMinute), amt.Output
+	case DimTokensPerDay:
+		burst, ask = lim.TokensPerDay, amt.Tokens()
+	}
+	if burst > 0 && ask > burst {
+		return burst, ask
+	}
+	return 0, 0
+}
+
+// Settle replaces r's estimate by used: refunds the difference or charges
+// the excess, and releases r's concurrency slot. With Async and Run
+// running it returns at once; otherwise it calls the Store inline.
+func (l *Limiter) Settle(r *Reservation, used Amount) {
+	if r == nil || !r.held {
+		return
+	}
+	it := SettleItem{Key: r.key, Limits: r.lim, Now: l.o.Now(),
+		Settlement: Settlement{Reserved: r.amt, Used: used, LeaseID: r.lease, ReservedAt: r.at}}
+	if l.o.Async && l.running.Load() {
+		l.mu.Lock()
+		if !l.stopped {
+			select {
+			case l.queue <- it:
+				l.mu.Unlock()
+				return
+			default: // full: settle inline rather than lose it
+			}
+		}
+		l.mu.Unlock()
+	}
+	l.settle([]SettleItem{it})
+}
+
+// settle sends items to the Store, failing per item when it has no batch
+// call.
+func (l *Limiter) settle(items []SettleItem) {
+	start := l.o.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout*time.Duration(1+len(items)/16))
+	defer cancel()
+	var err error
+	if l.batch != nil && len(items) > 1 {
+		err = l.batch.SettleBatch(ctx, items)
+	} else {
+		for _, it := range items {
+			if e := l.o.Store.Settle(ctx, it.Key, it.Limits, it.Settlement, it.Now); e != nil {
+				err = e
+			}
+		}
+	}
+	l.latency.WithLabelValues("settle").Observe(l.o.Now().Sub(start).Seconds())
+	if err != nil {
+		// The reservation stays charged: the next requests may wait longer
+		// than their due, and its concurrency slot ends with its lease.
+		l.failed("settle", err)
+		return
+	}
+	l.recovered()
+}
+
+// Run settles queued reservations in batches until ctx is done, then
+// settles what is left and returns nil. It is needed only with Async.
+func (l *Limiter) Run(ctx context.Context) error {
+	l.running.Store(true)
+	batch := make([]SettleItem, 0, 64)
+	flush := func() {
+		if len(batch) > 0 {
+			l.settle(batch)
+			batch = batch[:0]
+		}
+	}
+	for {
+		select {
+		case it := <-l.queue:
+			batch = append(batch, it)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case it := <-l.queue:
+					batch = append(batch, it)
+				default:
+					break drain
+				}
+			}
+			flush()
+		case <-ctx.Done():
+			l.mu.Lock()
+			l.stopped = true
+			l.mu.Unlock()
+			l.running.Store(false)
+			for {
+				select {
+				case it := <-l.queue:
+					batch = append(batch, it)
+					if len(batch) == cap(batch) {
+						flush()
+					}
+				default:
+					flush()
+					return nil
+				}
+			}
+		}
+	}
+}
+
+func (l *Limiter) failed(op string, err error) {
+	l.storeErrors.WithLabelValues(op).Inc()
+	l.storeUp.Set(0)
+	if l.degraded.CompareAndSwap(false, true) {
+		mode := "open: requests pass uncharged"
+		if l.o.FailClosed {
+			mode = "closed: requests are refused with 503"
+		}
+		l.o.Logger.Warn("limit store failing; limits fail "+mode, "op", op, "err", err)
+	}
+}
+
+func (l *Limiter) recovered() {
+	if l.degraded.CompareAndSwap(true, false) {
+		l.storeUp.Set(1)
+		l.o.Logger.Info("limit store answering again; limits enforced")
+	}
+}
+
+// Healthy reports whether the last Store call succeeded.
+func (l *Limiter) Healthy() bool { return !l.degraded.Load() }

@@ -1,0 +1,142 @@
+package quota_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/policies/quota/memstore"
+)
+
+// flaky is a Store that fails while down is set.
+type flaky struct {
+	quota.Store
+	mu      sync.Mutex
+	down    bool
+	settles int
+}
+
+var errDown = errors.New("store down")
+
+func (f *flaky) Reserve(ctx context.Context, key string, lim quota.Limits, amt quota.Amount, l quota.Lease, now time.Time) (quota.Decision, error) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		return quota.Decision{}, errDown
+	}
+	return f.Store.Reserve(ctx, key, lim, amt, l, now)
+}
+
+func (f *flaky) Settle(ctx context.Context, key string, lim quota.Limits, s quota.Settlement, now time.Time) error {
+	f.mu.Lock()
+	f.settles++
+	f.mu.Unlock()
+	return f.Store.Settle(ctx, key, lim, s, now)
+}
+
+func (f *flaky) setDown(v bool) { f.mu.Lock(); f.down = v; f.mu.Unlock() }
+
+var limits = quota.Limits{RequestsPerMinute: 60, RequestBurst: 2, OutputTokensPerMinute: 600, OutputBurst: 100}
+
+func TestLimiterRejectsAndSettles(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	l, err := quota.NewLimiter(quota.LimiterOptions{Store: memstore.New(), Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	r, err := l.Reserve(ctx, "t", limits, quota.Amount{Requests: 1, Output: 80})
+	require.NoError(t, err)
+	assert.EqualValues(t, 20, r.Decision.Tokens.Remaining)
+	_, err = l.Reserve(ctx, "t", limits, quota.Amount{Requests: 1, Output: 80})
+	var re *quota.RejectError
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, quota.DimOutputTokens, re.Dimension)
+	assert.False(t, re.TooLarge)
+	assert.Positive(t, re.RetryAfter)
+	assert.Contains(t, re.Error(), "output tokens per minute")
+
+	l.Settle(r, quota.Amount{Requests: 1, Output: 5}) // refunds 75
+	r2, err := l.Reserve(ctx, "t", limits, quota.Amount{Requests: 1, Output: 80})
+	require.NoError(t, err, "the refund is usable at once")
+	l.Settle(r2, quota.Amount{Requests: 1, Output: 80})
+
+	_, err = l.Reserve(ctx, "u", limits, quota.Amount{Requests: 1, Output: 500})
+	require.ErrorAs(t, err, &re)
+	assert.True(t, re.TooLarge)
+	assert.EqualValues(t, 100, re.Limit)
+	assert.EqualValues(t, 500, re.Requested)
+	assert.Contains(t, re.Error(), "Request too large")
+}
+
+func TestLimiterFailsOpenOrClosedAndRecovers(t *testing.T) {
+	for _, closed := range []bool{false, true} {
+		var logs bytes.Buffer
+		st := &flaky{Store: memstore.New()}
+		l, err := quota.NewLimiter(quota.LimiterOptions{Store: st, FailClosed: closed,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		ctx := context.Background()
+
+		st.setDown(true)
+		for range 3 {
+			r, err := l.Reserve(ctx, "t", limits, quota.Amount{Requests: 1})
+			if closed {
+				assert.ErrorIs(t, err, quota.ErrUnavailable)
+			} else {
+				require.NoError(t, err)
+				l.Settle(r, quota.Amount{Requests: 1}) // uncharged: nothing to settle
+			}
+		}
+		assert.False(t, l.Healthy())
+		assert.Zero(t, st.settles, "a reservation made while failing open charged nothing and settles nothing")
+		assert.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("limit store failing")), "logged once per outage")
+
+		st.setDown(false)
+		_, err = l.Reserve(ctx, "t", limits, quota.Amount{Requests: 1})
+		require.NoError(t, err)
+		assert.True(t, l.Healthy())
+		assert.Contains(t, logs.String(), "limit store answering again")
+	}
+}
+
+func TestLimiterAsyncSettlesEverythingBeforeRunReturns(t *testing.T) {
+	st := &flaky{Store: memstore.New()}
+	l, err := quota.NewLimiter(quota.LimiterOptions{Store: st, Async: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	lim := quota.Limits{Concurrency: 1000}
+	var rs []*quota.Reservation
+	for range 500 {
+		r, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
+		require.NoError(t, err)
+		rs = append(rs, r)
+	}
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		wg.Go(func() { l.Settle(r, quota.Amount{Requests: 1}) })
+	}
+	wg.Wait()
+	cancel()
+	require.NoError(t, <-done)
+	st.mu.Lock()
+	assert.Equal(t, 500, st.settles, "no settlement lost at shutdown")
+	st.mu.Unlock()
+	// After Run, settlements are made inline.
+	r, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
+	require.NoError(t, err)
+	l.Settle(r, quota.Amount{Requests: 1})
+	st.mu.Lock()
+	assert.Equal(t, 501, st.settles)
+	st.mu.Unlock()
+}

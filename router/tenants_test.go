@@ -1,0 +1,292 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/policies/quota/memstore"
+	"github.com/sluice-llm/sluice/router"
+	"github.com/sluice-llm/sluice/router/auth"
+)
+
+// withTenants returns router options serving tenants, each with key
+// "sk-" + its name, over an in-process store.
+func withTenants(t testing.TB, tenants ...*auth.Tenant) router.Options {
+	t.Helper()
+	keys := make([][]auth.Digest, len(tenants))
+	for i, tn := range tenants {
+		keys[i] = []auth.Digest{auth.HashKey("sk-" + tn.Name)}
+		if tn.DefaultMaxTokens == 0 {
+			tn.DefaultMaxTokens = 64
+		}
+	}
+	dir, err := auth.NewDirectory(tenants, keys)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	lim, err := quota.NewLimiter(quota.LimiterOptions{Store: memstore.New(), Metrics: reg})
+	require.NoError(t, err)
+	return router.Options{Tenants: dir, Limiter: lim, Metrics: reg}
+}
+
+// keyed is the official client with a tenant's key; retries as given.
+func (s *sluice) keyed(t testing.TB, key string, retries int) openai.Client {
+	t.Helper()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return openai.NewClient(option.WithBaseURL(s.srv.URL+"/v1/"), option.WithAPIKey(key),
+		option.WithMaxRetries(retries), option.WithHTTPClient(&http.Client{Transport: tr}))
+}
+
+func TestTenantKeysAndModels(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro"},
+		&auth.Tenant{Name: "small", Tier: "free", Models: []string{"embed"}})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}},
+		routeSpec{model: "embed", urls: []string{w.srv.URL}})
+	ctx := context.Background()
+
+	res, err := http.Post(s.srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"`+model+`","messages":[]}`))
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusUnauthorized, res.StatusCode, "no key")
+	assert.Equal(t, "invalid_api_key", decodeError(t, res).Code)
+	res.Body.Close()
+
+	wrong := s.keyed(t, "sk-wrong", 0)
+	_, err = wrong.Chat.Completions.New(ctx, chatParams(model))
+	assertAPIError(t, err, http.StatusUnauthorized, "invalid_api_key")
+
+	acme := s.keyed(t, "sk-acme", 0)
+	_, err = acme.Chat.Completions.New(ctx, chatParams(model))
+	require.NoError(t, err)
+
+	small := s.keyed(t, "sk-small", 0)
+	_, err = small.Chat.Completions.New(ctx, chatParams(model))
+	assertAPIError(t, err, http.StatusNotFound, "model_not_found")
+	var apiErr *openai.Error
+	require.True(t, errors.As(err, &apiErr))
+	_, unknownErr := small.Chat.Completions.New(ctx, chatParams("gpt-9"))
+	var unknown *openai.Error
+	require.True(t, errors.As(unknownErr, &unknown))
+	assert.Equal(t, strings.ReplaceAll(unknown.Message, "gpt-9", model), apiErr.Message,
+		"a model outside the tier reads exactly as an unknown one")
+
+	page, err := small.Models.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, page.Data, 1)
+	assert.Equal(t, "embed", page.Data[0].ID)
+	_, err = small.Models.Get(ctx, model)
+	assertAPIError(t, err, http.StatusNotFound, "model_not_found")
+}
+
+func TestTenantRequestLimitAnswers429WithHeaders(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free",
+		Limits: quota.Limits{RequestsPerMinute: 2, RequestBurst: 2, OutputTokensPerMinute: 6000, OutputBurst: 6000}})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.keyed(t, "sk-acme", 0)
+	ctx := context.Background()
+
+	var res *http.Response
+	_, err := c.Chat.Completions.New(ctx, chatParams(model), option.WithResponseInto(&res))
+	require.NoError(t, err)
+	assert.Equal(t, "2", res.Header.Get("X-Ratelimit-Limit-Requests"))
+	assert.Equal(t, "1", res.Header.Get("X-Ratelimit-Remaining-Requests"))
+	assert.NotEmpty(t, res.Header.Get("X-Ratelimit-Reset-Requests"))
+	assert.Equal(t, "6000", res.Header.Get("X-Ratelimit-Limit-Tokens"))
+	remaining, err := strconv.Atoi(res.Header.Get("X-Ratelimit-Remaining-Tokens"))
+	require.NoError(t, err)
+	assert.Equal(t, 6000-8, remaining, "max_tokens 8 reserved")
+
+	_, err = c.Chat.Completions.New(ctx, chatParams(model))
+	require.NoError(t, err)
+	_, err = c.Chat.Completions.New(ctx, chatParams(model))
+	assertAPIError(t, err, http.StatusTooManyRequests, "rate_limit_exceeded")
+	var apiErr *openai.Error
+	require.True(t, errors.As(err, &apiErr))
+	assert.Contains(t, apiErr.Message, "requests per minute")
+	ra, err := strconv.Atoi(apiErr.Response.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	assert.True(t, ra >= 1 && ra <= 30, "one emission interval (30 s) at most, got %d", ra)
+	assert.Equal(t, "0", apiErr.Response.Header.Get("X-Ratelimit-Remaining-Requests"))
+	assert.Contains(t, scrape(t, s), `sluice_quota_decisions_total{dimension="requests",result="denied"} 1`)
+}
+
+func TestTenantDailyQuotaAnswersInsufficientQuota(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free", Limits: quota.Limits{TokensPerDay: 200}})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.keyed(t, "sk-acme", 0)
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(60)
+	_, err := c.Chat.Completions.New(context.Background(), p) // reserves prompt + 60, settles less
+	require.NoError(t, err)
+	p.MaxTokens = openai.Int(150) // fits the day's quota, not what is left of it
+	_, err = c.Chat.Completions.New(context.Background(), p)
+	assertAPIError(t, err, http.StatusTooManyRequests, "insufficient_quota")
+	var apiErr *openai.Error
+	require.True(t, errors.As(err, &apiErr))
+	assert.Equal(t, "insufficient_quota", apiErr.Type)
+}
+
+func TestOpenAIClientBacksOffAsRetryAfterSays(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free",
+		Limits: quota.Limits{RequestsPerMinute: 120, RequestBurst: 1}})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.keyed(t, "sk-acme", 2)
+	ctx := context.Background()
+	_, err := c.Chat.Completions.New(ctx, chatParams(model))
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = c.Chat.Completions.New(ctx, chatParams(model)) // 429 with Retry-After-Ms <= 500, then passes
+	require.NoError(t, err)
+	// A lower bound only: the client waited at least what the header said
+	// was left of the 500 ms interval, less the time the first call took.
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	assert.Contains(t, scrape(t, s), `sluice_quota_decisions_total{dimension="requests",result="denied"} 1`)
+}
+
+// TestClientCredentialsStayWithSluice checks that a tenant's key, cookies
+// and organization never reach the backend, that the backend gets its own
+// key, and that its cookies and Server header never reach the client.
+func TestClientCredentialsStayWithSluice(t *testing.T) {
+	var mu sync.Mutex
+	var seen http.Header
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = r.Header.Clone()
+		mu.Unlock()
+		w.Header().Set("Set-Cookie", "session=backend")
+		w.Header().Set("Server", "vllm")
+		w.Header().Set("X-Ratelimit-Limit-Requests", "999")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`)
+	}))
+	t.Cleanup(backend.Close)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro", Limits: quota.Limits{RequestsPerMinute: 100, RequestBurst: 100}})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{backend.URL}})
+	s.endpoints[backend.URL].SetAPIKey("backend-secret")
+
+	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+model+`","messages":[]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer sk-acme")
+	req.Header.Set("Cookie", "sid=client")
+	req.Header.Set("OpenAI-Organization", "org-client")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Empty(t, res.Header.Values("Set-Cookie"))
+	assert.Empty(t, res.Header.Get("Server"))
+	assert.Equal(t, []string{"100"}, res.Header.Values("X-Ratelimit-Limit-Requests"), "Sluice's limits, not the backend's")
+
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, "Bearer backend-secret", seen.Get("Authorization"))
+	assert.Empty(t, seen.Get("Cookie"))
+	assert.Empty(t, seen.Get("OpenAI-Organization"))
+}
+
+func TestStreamUsageIsSettledExactlyAndHiddenFromTheClient(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro",
+		Limits: quota.Limits{OutputTokensPerMinute: 100000, OutputBurst: 100000}})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.keyed(t, "sk-acme", 0)
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(40)
+	st := c.Chat.Completions.NewStreaming(context.Background(), p)
+	chunks, content := 0, 0
+	for st.Next() {
+		ch := st.Current()
+		chunks++
+		assert.NotEmpty(t, ch.Choices, "the usage-only chunk Sluice asked for must not reach the client")
+		assert.Zero(t, ch.Usage.TotalTokens)
+		if len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+			content++
+		}
+	}
+	require.NoError(t, st.Err())
+	require.NoError(t, st.Close())
+	require.Positive(t, content)
+	gen := w.Load().GenerationTokens
+	metrics := scrape(t, s)
+	assert.Contains(t, metrics, `sluice_tenant_tokens_total{kind="output",tier="pro"} `+strconv.FormatInt(gen, 10)+"\n",
+		"charged the worker's own count")
+
+	// A client that asked for usage itself gets it.
+	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	st = c.Chat.Completions.NewStreaming(context.Background(), p)
+	var usage int64
+	for st.Next() {
+		usage = max(usage, st.Current().Usage.CompletionTokens)
+	}
+	require.NoError(t, st.Err())
+	assert.Positive(t, usage)
+}
+
+func TestStreamCutByTheClientIsChargedWhatWasRelayed(t *testing.T) {
+	w := startWorker(t, model, "h100-llama3-8b", 1)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro",
+		Limits: quota.Limits{OutputTokensPerMinute: 100000, OutputBurst: 100000, Concurrency: 1}})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.keyed(t, "sk-acme", 0)
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(5000)
+	ctx, cancel := context.WithCancel(context.Background())
+	st := c.Chat.Completions.NewStreaming(ctx, p)
+	read := 0
+	for read < 5 && st.Next() {
+		read++
+	}
+	cancel()
+	_ = st.Close()
+	var charged float64
+	require.Eventually(t, func() bool { // settled as the handler returns, just after the client left
+		page := scrape(t, s)
+		if !strings.Contains(page, `sluice_tenant_tokens_total{kind="output",tier="pro"}`) {
+			return false
+		}
+		charged = counterValue(t, page, `sluice_tenant_tokens_total{kind="output",tier="pro"}`)
+		return true
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.GreaterOrEqual(t, charged, float64(read-1), "at least what the client read (less the role chunk)")
+	assert.Less(t, charged, 5000.0, "not the reservation")
+	assert.LessOrEqual(t, charged, float64(w.Load().GenerationTokens), "never more than the worker generated")
+
+	// The concurrency slot came back with the settlement.
+	_, err := c.Chat.Completions.New(context.Background(), chatParams(model))
+	require.NoError(t, err)
+}
+
+// counterValue reads one sample's value from a Prometheus text page.
+func counterValue(t *testing.T, page, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return f
+		}
+	}
+	t.Fatalf("no sample %s", series)
+	return 0
+}
