@@ -359,7 +359,9 @@ func (rt *Router) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz is 200 when every model has at least one endpoint in routing, and
-// 503 naming the models that have none.
+// 503 naming the models that have none, or while the limit store fails and
+// limits fail closed (every request would get 503). Failing open, a down
+// store leaves the replica serving, so ready.
 func (rt *Router) readyz(w http.ResponseWriter, _ *http.Request) {
 	t := rt.table.Load()
 	now := rt.now()
@@ -371,6 +373,10 @@ func (rt *Router) readyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	if len(down) > 0 {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "models_without_backends": down})
+		return
+	}
+	if rt.limiter != nil && !rt.tenants.Load().Open() && !rt.limiter.Healthy() && rt.limiter.FailsClosed() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "limit_store": "down; limits fail closed"})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -290,3 +290,43 @@ func counterValue(t *testing.T, page, series string) float64 {
 	t.Fatalf("no sample %s", series)
 	return 0
 }
+
+// downStore is a limit store that never answers.
+type downStore struct{}
+
+func (downStore) Reserve(context.Context, string, quota.Limits, quota.Amount, quota.Lease, time.Time) (quota.Decision, error) {
+	return quota.Decision{}, errors.New("connection refused")
+}
+
+func (downStore) Settle(context.Context, string, quota.Limits, quota.Settlement, time.Time) error {
+	return errors.New("connection refused")
+}
+
+func TestLimitStoreDownFailsOpenOrClosed(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	for _, closed := range []bool{false, true} {
+		opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro", Limits: quota.Limits{RequestsPerMinute: 1, RequestBurst: 1}})
+		lim, err := quota.NewLimiter(quota.LimiterOptions{Store: downStore{}, FailClosed: closed})
+		require.NoError(t, err)
+		opts.Limiter = lim
+		s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+		c := s.keyed(t, "sk-acme", 0)
+		for range 3 { // the limit (1 a minute) would refuse the second: nothing is counted
+			_, err = c.Chat.Completions.New(context.Background(), chatParams(model))
+			if closed {
+				assertAPIError(t, err, http.StatusServiceUnavailable, "rate_limit_unavailable")
+			} else {
+				require.NoError(t, err, "fail open: served uncharged")
+			}
+		}
+		res, err := http.Get(s.srv.URL + "/readyz")
+		require.NoError(t, err)
+		res.Body.Close()
+		want := http.StatusOK
+		if closed {
+			want = http.StatusServiceUnavailable
+		}
+		assert.Equal(t, want, res.StatusCode, "ready unless every request would get 503")
+		http.DefaultClient.CloseIdleConnections()
+	}
+}

@@ -121,8 +121,9 @@ func startReplica(t *testing.T, bin, config string, args ...string) string {
 	}
 }
 
-// tenantConfig serves model m from worker with one tenant "acme" (key
-// sk-acme) on a tier limited as limits says.
+// tenantConfig serves model m from worker with a tenant "acme" (key
+// sk-acme) on a tier limited as limits says, and a tenant "tok" (key
+// sk-tok) limited to 1,000 output tokens at once, 60 a minute after.
 func tenantConfig(t *testing.T, worker, limits, store string) string {
 	t.Helper()
 	return writeConfig(t, `listen: 127.0.0.1:0
@@ -136,23 +137,34 @@ models:
 tiers:
   - name: t
 `+limits+`
+  - name: tokens
+    output_tokens_per_minute: 60
+    output_tokens_burst: 1000
+    default_max_tokens: 10
 tenants:
   - name: acme
     tier: t
     api_keys: ["`+strings.TrimSpace(sha256Line("sk-acme"))+`"]
+  - name: tok
+    tier: tokens
+    api_keys: ["`+strings.TrimSpace(sha256Line("sk-tok"))+`"]
 limits:
 `+store)
 }
 
-// burst sends n chat requests spread round robin over addrs with
-// concurrency c, and counts the answers by status.
+// burst sends n chat requests (max_tokens 10) as tenant acme spread round
+// robin over addrs with concurrency c, and counts the answers by status.
 func burst(t *testing.T, addrs []string, n, c int) map[int]int {
+	return burstAs(t, "sk-acme", addrs, n, c)
+}
+
+func burstAs(t *testing.T, key string, addrs []string, n, c int) map[int]int {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: c}
 	defer tr.CloseIdleConnections()
 	clients := make([]openai.Client, len(addrs))
 	for i, a := range addrs {
-		clients[i] = openai.NewClient(option.WithBaseURL("http://"+a+"/v1/"), option.WithAPIKey("sk-acme"),
+		clients[i] = openai.NewClient(option.WithBaseURL("http://"+a+"/v1/"), option.WithAPIKey(key),
 			option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: tr}))
 	}
 	var next atomic.Int64
@@ -228,6 +240,34 @@ func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 	gotApart := burst(t, apart, 300, 12)
 	assert.Greater(t, gotApart[http.StatusOK], 250, "in-process limits multiply by the replicas: %v", gotApart)
 	t.Logf("shared Redis: %v; one replica: %v; three in-process stores: %v", got, gotOne, gotApart)
+
+	// Tokens: each request reserves its max_tokens (10) and is charged
+	// what it used; over the three replicas the tenant is charged its
+	// burst of 1,000 output tokens, within 5%.
+	gotTok := burstAs(t, "sk-tok", three, 300, 12)
+	var charged float64
+	assert.Eventually(t, func() bool { // a handler settles just after its client has the last byte
+		charged = 0
+		for _, a := range three {
+			charged += sampleValue(t, scrapeText(t, a), `sluice_tenant_tokens_total{kind="output",tier="tokens"}`)
+		}
+		return charged >= 950 && charged <= 1050
+	}, 5*time.Second, 20*time.Millisecond, "output tokens charged over three replicas within 5%% of 1,000 (%v)", gotTok)
+	t.Logf("tokens: %v answers, %.0f output tokens charged", gotTok, charged)
+}
+
+// sampleValue reads one sample's value from a Prometheus text page (0 when
+// the series is absent).
+func sampleValue(t *testing.T, page, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return f
+		}
+	}
+	return 0
 }
 
 // TestRedisDownFailsOpenAndLimitsReturn stops Redis under three replicas:

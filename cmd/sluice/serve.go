@@ -119,6 +119,16 @@ func runServer(ctx context.Context, o serverOptions) error {
 		return err
 	}
 	defer func() { _ = st.close() }()
+	if st.load != nil {
+		// Loading the scripts at start spares the first requests an EVAL;
+		// a Redis that is down now is not fatal: limits fail open or
+		// closed until it answers, and the scripts load on first use.
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := st.load(lctx); err != nil {
+			o.log.Warn("limit store not answering at start", "err", err)
+		}
+		cancel()
+	}
 	limiter, err := newLimiter(cfg, st, o.log, metrics)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,7 @@ type limitStore struct {
 	store quota.Store
 	redis bool
 	close func() error
+	load  func(context.Context) error // loads Redis's scripts; nil in-process
 }
 
 func newLimitStore(c *configs.Config, redisURL string) (limitStore, error) {
@@ -77,7 +79,7 @@ func newLimitStore(c *configs.Config, redisURL string) (limitStore, error) {
 		_ = client.Close()
 		return limitStore{}, err
 	}
-	return limitStore{store: st, redis: true, close: client.Close}, nil
+	return limitStore{store: st, redis: true, close: client.Close, load: st.Load}, nil
 }
 
 // newLimiter builds the limit stage over st.

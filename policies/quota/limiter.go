@@ -373,5 +373,9 @@ func (l *Limiter) recovered() {
 	}
 }
 
+// FailsClosed reports whether the limits refuse requests while the Store
+// fails.
+func (l *Limiter) FailsClosed() bool { return l.o.FailClosed }
+
 // Healthy reports whether the last Store call succeeded.
 func (l *Limiter) Healthy() bool { return !l.degraded.Load() }
