@@ -1,5 +1,7 @@
 package router
 
+import "github.com/sluice-llm/sluice/router/jsonscan"
+
 // Prefix hashes let a prefix-aware policy send requests that share a prompt
 // prefix to the same backend, where that prefix is likely in the prefix
 // cache. They are computed on the raw JSON bytes of the prompt ("messages",
@@ -50,27 +52,27 @@ func prefixHashes(body []byte) []uint64 {
 // last wins, as in encoding/json. It allocates nothing and stops at the
 // first byte that is not valid JSON.
 func promptValue(b []byte) []byte {
-	i := skipSpace(b, 0)
+	i := jsonscan.SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil
 	}
 	var messages, prompt []byte
 	for i++; ; i++ {
-		i = skipSpace(b, i)
+		i = jsonscan.SkipSpace(b, i)
 		if i >= len(b) || b[i] != '"' {
 			break
 		}
-		keyEnd := skipString(b, i)
+		keyEnd := jsonscan.SkipString(b, i)
 		if keyEnd < 0 {
 			break
 		}
 		key := b[i+1 : keyEnd-1]
-		i = skipSpace(b, keyEnd)
+		i = jsonscan.SkipSpace(b, keyEnd)
 		if i >= len(b) || b[i] != ':' {
 			break
 		}
-		i = skipSpace(b, i+1)
-		end := skipValue(b, i)
+		i = jsonscan.SkipSpace(b, i+1)
+		end := jsonscan.SkipValue(b, i)
 		if end < 0 {
 			break
 		}
@@ -80,7 +82,7 @@ func promptValue(b []byte) []byte {
 		case "prompt":
 			prompt = b[i:end]
 		}
-		i = skipSpace(b, end)
+		i = jsonscan.SkipSpace(b, end)
 		if i >= len(b) || b[i] != ',' {
 			break
 		}
@@ -89,64 +91,4 @@ func promptValue(b []byte) []byte {
 		return messages
 	}
 	return prompt
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string starting at b[i] == '"',
-// or -1 if it is not closed.
-func skipString(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return -1
-}
-
-// skipValue returns the index after the value starting at b[i], or -1.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end := skipString(b, j)
-				if end < 0 {
-					return -1
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\r' && b[j] != '\t' {
-		j++
-	}
-	if j == i {
-		return -1
-	}
-	return j
 }

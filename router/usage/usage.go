@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+
+	"github.com/sluice-llm/sluice/router/jsonscan"
 )
 
 // ErrNotObject is returned by AskUsage for a body that is not a JSON object.
@@ -26,11 +28,11 @@ var ErrNotObject = errors.New("usage: request body is not a JSON object")
 // parse has). Given valid JSON it never returns invalid JSON; given a body
 // that is not an object it returns ErrNotObject.
 func AskUsage(body []byte) (out []byte, injected bool, err error) {
-	top, err := scanObject(body, skipSpace(body, 0), "stream_options")
+	top, err := scanObject(body, jsonscan.SkipSpace(body, 0), "stream_options")
 	if err != nil {
 		return nil, false, err
 	}
-	if skipSpace(body, top.close+1) != len(body) {
+	if jsonscan.SkipSpace(body, top.close+1) != len(body) {
 		return nil, false, ErrNotObject
 	}
 	if top.value < 0 {
@@ -83,7 +85,7 @@ func scanObject(b []byte, i int, key string) (object, error) {
 	if i >= len(b) || b[i] != '{' {
 		return o, ErrNotObject
 	}
-	i = skipSpace(b, i+1)
+	i = jsonscan.SkipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		o.close = i
 		return o, nil
@@ -93,17 +95,17 @@ func scanObject(b []byte, i int, key string) (object, error) {
 			return o, ErrNotObject
 		}
 		k := i
-		i = skipString(b, i)
+		i = jsonscan.SkipString(b, i)
 		if i < 0 {
 			return o, ErrNotObject
 		}
 		name := b[k:i]
-		i = skipSpace(b, i)
+		i = jsonscan.SkipSpace(b, i)
 		if i >= len(b) || b[i] != ':' {
 			return o, ErrNotObject
 		}
-		v := skipSpace(b, i+1)
-		i = skipValue(b, v)
+		v := jsonscan.SkipSpace(b, i+1)
+		i = jsonscan.SkipValue(b, v)
 		if i < 0 {
 			return o, ErrNotObject
 		}
@@ -111,13 +113,13 @@ func scanObject(b []byte, i int, key string) (object, error) {
 			o.value, o.valueEnd = v, i
 		}
 		o.lastEnd = i
-		i = skipSpace(b, i)
+		i = jsonscan.SkipSpace(b, i)
 		if i >= len(b) {
 			return o, ErrNotObject
 		}
 		switch b[i] {
 		case ',':
-			i = skipSpace(b, i+1)
+			i = jsonscan.SkipSpace(b, i+1)
 		case '}':
 			o.close = i
 			return o, nil
@@ -134,69 +136,4 @@ func keyIs(q []byte, key string) bool {
 	}
 	var s string // an escaped key, such as "stream\u005foptions": rare, so decode it
 	return json.Unmarshal(q, &s) == nil && s == key
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string that starts at b[i], or -1.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); {
-		q := bytes.IndexByte(b[i:], '"')
-		if q < 0 {
-			return -1
-		}
-		e := bytes.IndexByte(b[i:i+q], '\\')
-		if e < 0 {
-			return i + q + 1
-		}
-		i += e + 2 // the escaped byte cannot end the string
-	}
-	return -1
-}
-
-// skipValue returns the index after the value that starts at b[i], or -1.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				if i = skipString(b, i); i < 0 {
-					return -1
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return -1
-	}
-	start := i // a number or a literal
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			if i == start {
-				return -1
-			}
-			return i
-		}
-		i++
-	}
-	return -1 // a value inside an object cannot end the body
 }
