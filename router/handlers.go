@@ -96,7 +96,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) e
 	// panic (http.ErrAbortHandler), and it must settle all the same.
 	defer func() {
 		used := quota.Amount{Requests: 1}
-		if out.Status != 0 { // an answer was relayed: charge what it used
+		if out.Status/100 == 2 { // an answer was relayed: charge what it used; an error costs its request only
 			used.Input, used.Output = int64(out.PromptTokens), int64(out.CompletionTokens)
 			if !out.UsageExact {
 				used.Input = int64(req.promptTokens)
