@@ -85,6 +85,46 @@ type Model struct {
 	Params map[string]any `yaml:"params"`
 	// Backends lists the servers for this model. At least one.
 	Backends []Backend `yaml:"backends"`
+	// Admission holds requests in the router while the model's backends
+	// are at their budget, and sheds by service class beyond it. Off
+	// unless max_in_flight_per_backend (or a backend's max_in_flight) is set.
+	Admission Admission `yaml:"admission"`
+}
+
+// ServiceClasses returns the service classes, best first, as OpenAI's
+// service_tier names them.
+func ServiceClasses() []string { return []string{"priority", "default", "flex"} }
+
+// DefaultServiceClass is a tier's default class.
+const DefaultServiceClass = "default"
+
+// Admission configures one model's admission queue.
+type Admission struct {
+	// MaxInFlightPerBackend is how many requests each backend may have in
+	// flight from this router before new ones wait in the router (late
+	// binding: a waiting request is bound to a backend only when one has
+	// room). 0 (the default) turns admission off unless a backend sets
+	// max_in_flight.
+	MaxInFlightPerBackend int `yaml:"max_in_flight_per_backend"`
+	// QueueSize bounds the requests waiting; beyond it the worst class
+	// waiting is shed (flex first, priority last). Default 1024.
+	QueueSize int `yaml:"queue_size"`
+	// MaxWait is how long a request of each class may wait before it is
+	// shed. Defaults: priority 5s, default 30s, flex 10m.
+	MaxWait map[string]Duration `yaml:"max_wait"`
+}
+
+// AdmissionOn reports whether admission applies to model m.
+func (m Model) AdmissionOn() bool {
+	if m.Admission.MaxInFlightPerBackend > 0 {
+		return true
+	}
+	for _, b := range m.Backends {
+		if b.MaxInFlight > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Backend is one OpenAI-compatible server.
@@ -97,6 +137,9 @@ type Backend struct {
 	// Bearer), for servers started with one (vLLM's --api-key). Clients'
 	// own keys never reach a backend. Default none.
 	APIKey string `yaml:"api_key"`
+	// MaxInFlight overrides the model's admission.max_in_flight_per_backend
+	// for this backend (a bigger GPU takes more). Default 0: the model's.
+	MaxInFlight int `yaml:"max_in_flight"`
 	// APIKeyEnv names an environment variable holding the key instead, so
 	// it stays out of the file; read at start and on every reload. At most
 	// one of api_key and api_key_env.

@@ -15,6 +15,7 @@ const (
 	DefaultSessionHeader         = "X-Session-Id"
 	DefaultScrapeInterval        = 100 * time.Millisecond
 	DefaultScrapePath            = "/metrics"
+	DefaultAdmissionQueueSize    = 1024
 	// MinScrapeInterval is the shortest scrape interval allowed.
 	MinScrapeInterval = 10 * time.Millisecond
 	DefaultMaxTokens  = 1024
@@ -37,6 +38,20 @@ func DefaultScrapeTimeout(interval time.Duration) time.Duration { return interva
 // one place defaults are set; applyTenantDefaults, which it calls, holds the
 // part for tiers, tenants and the limit store.
 func (c *Config) ApplyDefaults() {
+	for i := range c.Models {
+		a := &c.Models[i].Admission
+		if a.QueueSize == 0 {
+			a.QueueSize = DefaultAdmissionQueueSize
+		}
+		if a.MaxWait == nil {
+			a.MaxWait = map[string]Duration{}
+		}
+		for _, class := range ServiceClasses() {
+			if _, set := a.MaxWait[class]; !set {
+				a.MaxWait[class] = Duration(DefaultMaxWait(class))
+			}
+		}
+	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
@@ -86,4 +101,17 @@ func (c *Config) ApplyDefaults() {
 		}
 	}
 	c.applyTenantDefaults() // tiers, tenants' overrides, limits (tenants.go)
+}
+
+// DefaultMaxWait is how long a request of class may wait for admission by
+// default: priority 5s (an interactive user would rather be told), default
+// 30s, flex 10m (throughput work that does not mind waiting).
+func DefaultMaxWait(class string) time.Duration {
+	switch class {
+	case "priority":
+		return 5 * time.Second
+	case "flex":
+		return 10 * time.Minute
+	}
+	return 30 * time.Second
 }

@@ -28,6 +28,12 @@ type Tier struct {
 	// Models lists the model names this tier may use, each one of the
 	// config's models. Empty (the default) allows every model.
 	Models []string `yaml:"models"`
+	// Classes lists the service classes (OpenAI's service_tier: priority,
+	// default, flex) the tier may ask for. Default all three.
+	Classes []string `yaml:"classes"`
+	// DefaultClass is the class of a request that sends no service_tier
+	// or "auto". Default "default"; one of classes.
+	DefaultClass string `yaml:"default_class"`
 }
 
 // Quota is a tier's limits as plain values. Zero (the default) means that
@@ -77,6 +83,10 @@ type Tenant struct {
 	Name string `yaml:"name"`
 	// Tier names the tenant's tier in tiers. Required.
 	Tier string `yaml:"tier"`
+	// Weight is the tenant's share of service against the other tenants
+	// of its tier and class while they all wait for admission, counted in
+	// tokens served. Default 1.
+	Weight int `yaml:"weight"`
 	// APIKeys lists the SHA-256 of each key the tenant may send, as 64
 	// lowercase hex digits, optionally written "sha256:<hex>" (what
 	// `sluice hash-key` prints). At least one; unique across tenants. The
@@ -119,9 +129,11 @@ type Plan struct {
 	Tier string
 	// Quota is the effective limits; zero means unlimited.
 	Quota Quota
-	// DefaultMaxTokens, Priority and Models are the tier's.
+	// DefaultMaxTokens, Priority, Classes and DefaultClass are the tier's.
 	DefaultMaxTokens int64
 	Priority         int
+	Classes          []string
+	DefaultClass     string
 	// Models is a copy of the tier's list; empty allows every model.
 	Models []string
 }
@@ -139,6 +151,8 @@ func (t Tier) Effective(o *Overrides) Plan {
 		DefaultMaxTokens: t.DefaultMaxTokens,
 		Priority:         t.Priority,
 		Models:           slices.Clone(t.Models),
+		Classes:          slices.Clone(t.Classes),
+		DefaultClass:     t.DefaultClass,
 	}
 }
 
@@ -218,8 +232,17 @@ func (c *Config) applyTenantDefaults() {
 		if t.DefaultMaxTokens == 0 {
 			t.DefaultMaxTokens = DefaultMaxTokens
 		}
+		if len(t.Classes) == 0 {
+			t.Classes = ServiceClasses()
+		}
+		if t.DefaultClass == "" {
+			t.DefaultClass = DefaultServiceClass
+		}
 	}
 	for i := range c.Tenants {
+		if c.Tenants[i].Weight == 0 {
+			c.Tenants[i].Weight = 1
+		}
 		if o := c.Tenants[i].Overrides; o != nil {
 			defaultOverrideBurst(&o.RequestsBurst, o.RequestsPerMinute)
 			defaultOverrideBurst(&o.InputTokensBurst, o.InputTokensPerMinute)
@@ -288,6 +311,14 @@ func (c *Config) validateTenants(bad func(field, format string, args ...any)) {
 			bad(p+".default_max_tokens", "%d is above output_tokens_burst (%d), so a request without max_tokens could never be admitted",
 				t.DefaultMaxTokens, q.OutputTokensBurst)
 		}
+		for j, cl := range t.Classes {
+			if !slices.Contains(ServiceClasses(), cl) {
+				bad(fmt.Sprintf("%s.classes[%d]", p, j), "want one of %s, got %q", strings.Join(ServiceClasses(), ", "), cl)
+			}
+		}
+		if !slices.Contains(t.Classes, t.DefaultClass) {
+			bad(p+".default_class", "%q is not one of the tier's classes %v", t.DefaultClass, t.Classes)
+		}
 		listed := make(map[string]int, len(t.Models))
 		for j, m := range t.Models {
 			mp := fmt.Sprintf("%s.models[%d]", p, j)
@@ -324,6 +355,9 @@ func (c *Config) validateTenants(bad func(field, format string, args ...any)) {
 			bad(p+".tier", "is required")
 		case !known && len(c.Tiers) > 0:
 			bad(p+".tier", "unknown tier %q", t.Tier)
+		}
+		if t.Weight < 1 {
+			bad(p+".weight", "must be at least 1, got %d", t.Weight)
 		}
 		if len(t.APIKeys) == 0 {
 			bad(p+".api_keys", "at least one key hash is required (see `sluice hash-key`)")

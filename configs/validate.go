@@ -3,8 +3,10 @@ package configs
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -87,8 +89,29 @@ func (c *Config) Validate() error {
 			if b.Weight < 0 {
 				bad(bp+".weight", "must be positive, got %d", b.Weight)
 			}
+			if b.MaxInFlight < 0 {
+				bad(bp+".max_in_flight", "must not be negative, got %d", b.MaxInFlight)
+			}
 			if b.APIKey != "" && b.APIKeyEnv != "" {
 				bad(bp+".api_key_env", "set api_key or api_key_env, not both")
+			}
+		}
+	}
+	for i, m := range c.Models {
+		p := fmt.Sprintf("models[%d].admission", i)
+		a := m.Admission
+		if a.MaxInFlightPerBackend < 0 {
+			bad(p+".max_in_flight_per_backend", "must not be negative (0 is off), got %d", a.MaxInFlightPerBackend)
+		}
+		if a.QueueSize < 1 {
+			bad(p+".queue_size", "must be at least 1, got %d", a.QueueSize)
+		}
+		for _, class := range slices.Sorted(maps.Keys(a.MaxWait)) {
+			d := a.MaxWait[class]
+			if !slices.Contains(ServiceClasses(), class) {
+				bad(p+".max_wait."+class, "not a service class; want one of %s", strings.Join(ServiceClasses(), ", "))
+			} else if d <= 0 {
+				bad(p+".max_wait."+class, "must be positive, got %s", d.Std())
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/quota"
 	"github.com/sluice-llm/sluice/router/auth"
 )
@@ -121,6 +122,7 @@ func errorFor(err error) *APIError {
 		reject   *quota.RejectError
 		upstream *upstreamError
 		noBack   *noBackendError
+		shed     *admission.ShedError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -144,6 +146,13 @@ func errorFor(err error) *APIError {
 			e.Type = "tokens"
 		}
 		return e
+	case errors.As(err, &shed):
+		if shed.Class == admission.Flex { // as OpenAI answers flex when it has no capacity
+			return &APIError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "resource_unavailable",
+				Message: "Flex capacity is unavailable right now (" + shed.Reason + "); please retry later.", RetryAfter: shed.RetryAfter}
+		}
+		return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_overloaded",
+			Message: "The fleet is at capacity (" + shed.Reason + "); please retry.", RetryAfter: shed.RetryAfter}
 	case errors.Is(err, quota.ErrUnavailable):
 		return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "rate_limit_unavailable",
 			Message: "Rate limits cannot be checked right now; please retry.", RetryAfter: time.Second}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/router/auth"
 	"github.com/sluice-llm/sluice/router/measure"
 	"github.com/sluice-llm/sluice/router/middleware"
 	"github.com/sluice-llm/sluice/router/proxy"
@@ -65,9 +68,18 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) e
 	preq := policies.Request{Model: req.model, Stream: req.stream, PromptTokens: req.promptTokens,
 		MaxTokens: req.maxTokens, User: req.user, SessionKey: session, PrefixHashes: req.prefix,
 		PrefixChunkTokens: prefixChunk / bytesPerToken}
+	class, err := serviceClass(req.serviceTier, tenant)
+	if err != nil {
+		return err
+	}
 	var out backends.Outcome
 	if tenant == nil {
-		return rt.forward(w, r, rte, &preq, body, false, &out)
+		ticket, err := rt.admit(r, rte, &preq, class, nil)
+		if err != nil {
+			return err
+		}
+		defer ticket.Release()
+		return rt.forward(w, r, rte, &preq, body, false, ticket, &out)
 	}
 	preq.Tenant, preq.Tier, preq.Priority = tenant.Name, tenant.Tier, tenant.Priority
 	ask := quota.Amount{Requests: 1, Input: int64(req.promptTokens)}
@@ -86,6 +98,12 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) e
 		return err
 	}
 	setRateHeaders(w.Header(), res.Decision)
+	ticket, err := rt.admit(r, rte, &preq, class, tenant)
+	if err != nil {
+		rt.limiter.Settle(res, quota.Amount{Requests: 1}) // never ran: its tokens come back
+		return err
+	}
+	defer ticket.Release()
 	strip := false
 	if req.stream && !req.includeUsage {
 		if b, injected, err := usage.AskUsage(body); err == nil {
@@ -106,26 +124,89 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) e
 		rt.metrics.tokens.WithLabelValues(tenant.Tier, "input").Add(float64(used.Input))
 		rt.metrics.tokens.WithLabelValues(tenant.Tier, "output").Add(float64(used.Output))
 	}()
-	return rt.forward(w, r, rte, &preq, body, strip, &out)
+	return rt.forward(w, r, rte, &preq, body, strip, ticket, &out)
+}
+
+// serviceClass resolves the request's service_tier against its tenant's
+// tier: "auto" or none is the tier's default class; a class the tier does
+// not list is a 400. With no tenants every class is open, default
+// "default".
+func serviceClass(asked string, t *auth.Tenant) (admission.Class, error) {
+	if asked == "" || asked == "auto" {
+		if t == nil || t.DefaultClass == "" {
+			return admission.Default, nil
+		}
+		asked = t.DefaultClass
+	}
+	c, ok := admission.ParseClass(asked)
+	if !ok {
+		return 0, badRequest("service_tier", "invalid_value",
+			"service_tier must be one of auto, default, flex, priority; got "+strconv.Quote(echo(asked)))
+	}
+	if t != nil && len(t.Classes) > 0 && !slices.Contains(t.Classes, asked) {
+		return 0, badRequest("service_tier", "invalid_value",
+			"service_tier "+strconv.Quote(asked)+" is not available on your tier")
+	}
+	return c, nil
+}
+
+// admit runs the admission stage when the route has a gate: it waits until
+// an endpoint has room (or sheds) and returns the ticket bound to it; nil
+// without a gate.
+func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, class admission.Class, t *auth.Tenant) (*admission.Ticket, error) {
+	if rte.Gate == nil {
+		return nil, nil
+	}
+	ar := admission.Request{Class: class, Tokens: preq.ExpectedTokens(), Routing: preq, Weight: 1}
+	if t != nil {
+		ar.Tenant, ar.TierPriority, ar.Weight = t.Name, t.Priority, float64(max(t.Weight, 1))
+	}
+	ticket, err := rte.Gate.Admit(r.Context(), ar)
+	var shed *admission.ShedError
+	switch {
+	case errors.As(err, &shed):
+		rt.metrics.shed.WithLabelValues(preq.Model, class.String(), shed.Reason).Inc()
+		return nil, err
+	case errors.Is(err, policies.ErrNoEndpoint):
+		return nil, &noBackendError{retryAfter: rt.soonestBack(rte.Pool)}
+	case err != nil:
+		return nil, err
+	}
+	rt.metrics.admissionWait.WithLabelValues(preq.Model, class.String()).Observe(ticket.Waited().Seconds())
+	return ticket, nil
 }
 
 // forward picks and proxies, retrying endpoints that could not be reached.
 // It leaves the outcome of the last attempt in out (also when the attempt
 // panics with http.ErrAbortHandler) and returns nil once a response was
 // relayed, or the error to show the client.
-func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, preq *policies.Request, body []byte, strip bool, out *backends.Outcome) error {
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, preq *policies.Request, body []byte, strip bool, ticket *admission.Ticket, out *backends.Outcome) error {
 	var tried []*backends.Endpoint
 	for attempt := 0; attempt <= rt.retries; attempt++ {
 		now := rt.now()
-		cands := rte.Pool.Available(nil, now)
-		if len(tried) > 0 {
-			cands = without(cands, tried)
+		var ep *backends.Endpoint
+		switch {
+		case ticket != nil && attempt == 0:
+			ep = ticket.Endpoint() // admission bound it already
+		case ticket != nil:
+			if ticket.Rebind(r.Context(), preq, tried) != nil {
+				return &upstreamError{class: backends.ClassUnreachable}
+			}
+			ep = ticket.Endpoint()
+		default:
+			cands := rte.Pool.Available(nil, now)
+			if len(tried) > 0 {
+				cands = without(cands, tried)
+			}
+			if len(cands) == 0 {
+				break
+			}
+			var err error
+			if ep, err = rte.Picker.Pick(r.Context(), preq, cands); err != nil {
+				ep = nil
+			}
 		}
-		if len(cands) == 0 {
-			break
-		}
-		ep, err := rte.Picker.Pick(r.Context(), preq, cands)
-		if err != nil {
+		if ep == nil {
 			break
 		}
 		aerr := rt.attempt(w, r, ep, preq, body, strip, out)

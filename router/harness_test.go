@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/gpuworker"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/leastrequest"
 	"github.com/sluice-llm/sluice/policies/roundrobin"
 	"github.com/sluice-llm/sluice/router"
@@ -60,12 +62,16 @@ type sluice struct {
 	*router.Router
 	srv       *httptest.Server
 	endpoints map[string]*backends.Endpoint
+	gates     []*admission.Gate // in route order, for routes with a budget
 }
 
 type routeSpec struct {
 	model  string
 	policy string
 	urls   []string
+	// budget, when positive, puts an admission gate on the route with this
+	// many requests in flight per backend and a queue of queue (default 64).
+	budget, queue int
 }
 
 func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice {
@@ -90,7 +96,14 @@ func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice 
 			picker, err = leastrequest.New(nil)
 		}
 		require.NoError(t, err)
-		routes = append(routes, &router.Route{Pool: pool, Picker: picker})
+		route := &router.Route{Pool: pool, Picker: picker}
+		if sp.budget > 0 {
+			route.Gate, err = admission.NewGate(pool, picker, admission.Options{
+				Budget: func(*backends.Endpoint) int { return sp.budget }, QueueSize: cmp.Or(sp.queue, 64)})
+			require.NoError(t, err)
+			s.gates = append(s.gates, route.Gate)
+		}
+		routes = append(routes, route)
 	}
 	table, err := router.NewTable(routes)
 	require.NoError(t, err)

@@ -12,6 +12,9 @@ type metrics struct {
 	attempts *prometheus.CounterVec   // backend, outcome
 	inFlight *prometheus.GaugeVec     // backend
 	tokens   *prometheus.CounterVec   // tier, kind
+
+	admissionWait *prometheus.HistogramVec // model, class
+	shed          *prometheus.CounterVec   // model, class, reason
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -37,8 +40,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_tenant_tokens_total",
 			Help: "Tokens charged to tenants after settlement, by tier and kind (input, output).",
 		}, []string{"tier", "kind"}),
+		admissionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_admission_wait_seconds",
+			Help:    "Time admitted requests waited in the router's admission queue, by model and service class.",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"model", "class"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_admission_shed_total",
+			Help: "Requests the admission queue shed, by model, service class and reason (queue full, waited too long).",
+		}, []string{"model", "class", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight, m.tokens} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight, m.tokens, m.admissionWait, m.shed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ type inferenceRequest struct {
 	MaxCompletionTokens *int           `json:"max_completion_tokens"`
 	User                string         `json:"user"`
 	StreamOptions       *streamOptions `json:"stream_options"`
+	ServiceTier         string         `json:"service_tier"`
 }
 
 type streamOptions struct {
@@ -29,7 +30,8 @@ type parsed struct {
 	stream       bool
 	maxTokens    int
 	user         string
-	includeUsage bool // the client asked for stream_options.include_usage itself
+	includeUsage bool   // the client asked for stream_options.include_usage itself
+	serviceTier  string // as sent; "" when absent
 	promptTokens int
 	prefix       []uint64 // see prefixHashes
 }
@@ -56,7 +58,8 @@ func parseInference(body []byte) (parsed, error) {
 			"you must provide a model parameter")
 	}
 	p := parsed{model: f.Model, stream: f.Stream, user: f.User, promptTokens: len(body) / bytesPerToken,
-		prefix: prefixHashes(body), includeUsage: f.StreamOptions != nil && f.StreamOptions.IncludeUsage}
+		prefix: prefixHashes(body), includeUsage: f.StreamOptions != nil && f.StreamOptions.IncludeUsage,
+		serviceTier: f.ServiceTier}
 	switch {
 	case f.MaxCompletionTokens != nil:
 		p.maxTokens = *f.MaxCompletionTokens

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/quota"
 	"github.com/sluice-llm/sluice/router/auth"
 	"github.com/sluice-llm/sluice/router/middleware"
@@ -29,6 +30,10 @@ import (
 type Route struct {
 	Pool   *backends.Pool
 	Picker policies.Picker
+	// Gate, when set, is the route's admission queue: requests wait there
+	// while every backend is at its budget and are bound late, through
+	// the gate (which picks with the same Picker).
+	Gate *admission.Gate
 }
 
 // Table is an immutable routing table: model name to route. A reload builds

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-llm/sluice/backends/loadscrape"
 	"github.com/sluice-llm/sluice/configs"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/all"
 	"github.com/sluice-llm/sluice/router"
 )
@@ -76,7 +77,14 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 			errs = append(errs, &configs.FieldError{Field: p, Message: err.Error()})
 			continue
 		}
-		routes = append(routes, &router.Route{Pool: pool, Picker: picker})
+		route := &router.Route{Pool: pool, Picker: picker}
+		if m.AdmissionOn() {
+			if route.Gate, err = newGate(m, pool, picker, list); err != nil {
+				errs = append(errs, &configs.FieldError{Field: p + ".admission", Message: err.Error()})
+				continue
+			}
+		}
+		routes = append(routes, route)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
@@ -115,4 +123,26 @@ func newScraper(c *configs.Config, log *slog.Logger, reg prometheus.Registerer) 
 		Logger:     log,
 		Registerer: reg,
 	})
+}
+
+// newGate builds a model's admission gate: each backend's budget is its
+// max_in_flight, else the model's max_in_flight_per_backend.
+func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps []*backends.Endpoint) (*admission.Gate, error) {
+	budget := make(map[*backends.Endpoint]int, len(eps))
+	for i, b := range m.Backends {
+		budget[eps[i]] = m.Admission.MaxInFlightPerBackend
+		if b.MaxInFlight > 0 {
+			budget[eps[i]] = b.MaxInFlight
+		}
+	}
+	o := admission.Options{
+		Budget:    func(e *backends.Endpoint) int { return budget[e] },
+		QueueSize: m.Admission.QueueSize,
+	}
+	for class, d := range m.Admission.MaxWait {
+		if c, ok := admission.ParseClass(class); ok {
+			o.MaxWait[c] = d.Std()
+		}
+	}
+	return admission.NewGate(pool, picker, o)
 }

@@ -94,9 +94,12 @@ func forbidden(pkg, dep string) string {
 	return ""
 }
 
-// contract reports whether a policies package holds contracts (types and
-// interfaces the router calls) rather than one implementation of them.
-func contract(dep string) bool { return dep == "policies" || dep == "policies/quota" }
+// contract reports whether a policies package holds a contract or a
+// pipeline stage the router calls (routing, limits, admission) rather than
+// one implementation among several (a routing policy, a store).
+func contract(dep string) bool {
+	return dep == "policies" || dep == "policies/quota" || dep == "policies/admission"
+}
 
 func TestForbidden(t *testing.T) {
 	tests := []struct {

@@ -33,6 +33,7 @@ func buildTenants(c *configs.Config) (*auth.Directory, error) {
 		tenants = append(tenants, &auth.Tenant{
 			Name: t.Name, Tier: plan.Tier, Priority: plan.Priority, Models: plan.Models,
 			DefaultMaxTokens: int(plan.DefaultMaxTokens),
+			Classes:          plan.Classes, DefaultClass: plan.DefaultClass, Weight: t.Weight,
 			Limits: quota.Limits{
 				RequestsPerMinute: q.RequestsPerMinute, RequestBurst: q.RequestsBurst,
 				InputTokensPerMinute: q.InputTokensPerMinute, InputBurst: q.InputTokensBurst,

@@ -27,6 +27,14 @@ type Tenant struct {
 	DefaultMaxTokens int
 	// Models lists the models the tier may use; empty means all.
 	Models []string
+	// Classes lists the service classes the tier may ask for (priority,
+	// default, flex); empty means all. DefaultClass is the class of a
+	// request that names none ("default" when empty).
+	Classes      []string
+	DefaultClass string
+	// Weight is the tenant's share against the other tenants of its tier
+	// and class while they wait for admission (at least 1).
+	Weight int
 }
 
 // Allows reports whether the tenant's tier may use model.

@@ -1,0 +1,198 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
+	"github.com/sluice-llm/sluice/policies/roundrobin"
+)
+
+func newGate(t *testing.T, n, budget, queue int) (*admission.Gate, []*backends.Endpoint) {
+	t.Helper()
+	var eps []*backends.Endpoint
+	for i := range n {
+		e, err := backends.NewEndpoint(fmt.Sprintf("http://10.0.0.%d:8000", i+1), 1)
+		require.NoError(t, err)
+		eps = append(eps, e)
+	}
+	pool, err := backends.NewPool("m", eps)
+	require.NoError(t, err)
+	rr, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := admission.NewGate(pool, rr, admission.Options{
+		Budget:    func(*backends.Endpoint) int { return budget },
+		QueueSize: queue,
+		MaxWait:   [admission.NumClasses]time.Duration{time.Second, 2 * time.Second, 3 * time.Second},
+	})
+	require.NoError(t, err)
+	return g, eps
+}
+
+func req(c admission.Class, tenant string) admission.Request {
+	return admission.Request{Class: c, Tenant: tenant, Weight: 1, Tokens: 100, Routing: &policies.Request{Model: "m"}}
+}
+
+// queued starts Admit in a goroutine and waits until it is queued.
+func queued(t *testing.T, g *admission.Gate, ctx context.Context, r admission.Request) <-chan ticketOrErr {
+	t.Helper()
+	before := g.Waiting()
+	ch := make(chan ticketOrErr, 1)
+	go func() {
+		tk, err := g.Admit(ctx, r)
+		ch <- ticketOrErr{tk, err}
+	}()
+	require.Eventually(t, func() bool { return g.Waiting() == before+1 }, time.Second, time.Millisecond)
+	return ch
+}
+
+type ticketOrErr struct {
+	t   *admission.Ticket
+	err error
+}
+
+func TestGateBindsOnlyWithinBudget(t *testing.T) {
+	g, eps := newGate(t, 2, 1, 10)
+	ctx := context.Background()
+	a, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	b, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	assert.ElementsMatch(t, eps, []*backends.Endpoint{a.Endpoint(), b.Endpoint()}, "one each: budget 1")
+
+	c := queued(t, g, ctx, req(admission.Default, "x"))
+	b.Release()
+	got := <-c
+	require.NoError(t, got.err)
+	assert.Same(t, b.Endpoint(), got.t.Endpoint(), "bound late, where the slot freed")
+	assert.Zero(t, g.Waiting())
+	a.Release()
+	got.t.Release()
+	got.t.Release() // twice is harmless
+	// Everything released: two more pass at once.
+	for range 2 {
+		tk, err := g.Admit(ctx, req(admission.Flex, "x"))
+		require.NoError(t, err)
+		defer tk.Release()
+	}
+}
+
+func TestGateServesClassesInOrder(t *testing.T) {
+	g, _ := newGate(t, 1, 1, 10)
+	ctx := context.Background()
+	hold, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	flex := queued(t, g, ctx, req(admission.Flex, "x"))
+	def := queued(t, g, ctx, req(admission.Default, "x"))
+	prio := queued(t, g, ctx, req(admission.Priority, "x"))
+
+	var order []string
+	current := hold
+	for range 3 {
+		current.Release()
+		select {
+		case r := <-prio:
+			order, current = append(order, "priority"), r.t
+		case r := <-def:
+			order, current = append(order, "default"), r.t
+		case r := <-flex:
+			order, current = append(order, "flex"), r.t
+		case <-time.After(5 * time.Second):
+			t.Fatal("nothing bound after a release")
+		}
+		require.NotNil(t, current)
+	}
+	current.Release()
+	assert.Equal(t, []string{"priority", "default", "flex"}, order)
+}
+
+func TestGateClientThatLeavesIsOutOfTheQueueAtOnce(t *testing.T) {
+	g, _ := newGate(t, 1, 1, 10)
+	hold, err := g.Admit(context.Background(), req(admission.Default, "x"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := queued(t, g, ctx, req(admission.Default, "x"))
+	cancel()
+	r := <-ch
+	assert.ErrorIs(t, r.err, context.Canceled)
+	assert.Zero(t, g.Waiting())
+	hold.Release()
+	tk, err := g.Admit(context.Background(), req(admission.Default, "x"))
+	require.NoError(t, err, "the slot is free: the leaver took none")
+	tk.Release()
+}
+
+func TestGateShedsWhenTheWaitRunsOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, _ := newGate(t, 1, 1, 10)
+		hold, err := g.Admit(context.Background(), req(admission.Default, "x"))
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = g.Admit(context.Background(), req(admission.Priority, "x"))
+		var shed *admission.ShedError
+		require.True(t, errors.As(err, &shed), "got %v", err)
+		assert.Equal(t, admission.Priority, shed.Class)
+		assert.Equal(t, "waited too long", shed.Reason)
+		assert.Equal(t, time.Second, time.Since(start), "priority's MaxWait")
+		assert.Zero(t, g.Waiting())
+		hold.Release()
+	})
+}
+
+func TestGateFullQueueShedsFlexFirst(t *testing.T) {
+	g, _ := newGate(t, 1, 1, 2)
+	ctx := context.Background()
+	hold, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	flex := queued(t, g, ctx, req(admission.Flex, "x"))
+	def := queued(t, g, ctx, req(admission.Default, "x"))
+	// Full: a priority request pushes the flex one out.
+	before := g.Waiting()
+	prio := make(chan ticketOrErr, 1)
+	go func() {
+		tk, err := g.Admit(ctx, req(admission.Priority, "x"))
+		prio <- ticketOrErr{tk, err}
+	}()
+	r := <-flex
+	var shed *admission.ShedError
+	require.True(t, errors.As(r.err, &shed))
+	assert.Equal(t, admission.Flex, shed.Class)
+	assert.Equal(t, "queue full", shed.Reason)
+	require.Eventually(t, func() bool { return g.Waiting() == before }, time.Second, time.Millisecond)
+	// Another flex request finds the queue full of better work.
+	_, err = g.Admit(ctx, req(admission.Flex, "x"))
+	require.True(t, errors.As(err, &shed))
+
+	hold.Release()
+	p := <-prio
+	require.NoError(t, p.err)
+	p.t.Release()
+	d := <-def
+	require.NoError(t, d.err)
+	d.t.Release()
+}
+
+func TestGateRebind(t *testing.T) {
+	g, eps := newGate(t, 2, 1, 10)
+	ctx := context.Background()
+	a, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	first := a.Endpoint()
+	require.NoError(t, a.Rebind(ctx, &policies.Request{Model: "m"}, []*backends.Endpoint{first}))
+	assert.NotSame(t, first, a.Endpoint())
+	assert.ErrorIs(t, a.Rebind(ctx, &policies.Request{Model: "m"}, eps), admission.ErrNoRoom)
+	b, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	assert.Same(t, first, b.Endpoint(), "the first endpoint's slot came back")
+	a.Release()
+	b.Release()
+}

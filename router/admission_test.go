@@ -1,0 +1,167 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/router"
+	"github.com/sluice-llm/sluice/router/auth"
+)
+
+// holdSlot starts a long stream that takes the route's only slot and
+// returns the function that ends it.
+func holdSlot(t *testing.T, c openai.Client) func() {
+	t.Helper()
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(5000)
+	ctx, cancel := context.WithCancel(context.Background())
+	st := c.Chat.Completions.NewStreaming(ctx, p)
+	require.True(t, st.Next(), "the holder streams")
+	return func() { cancel(); _ = st.Close() }
+}
+
+// waitQueued waits until n requests wait at the route's gate.
+func waitQueued(t *testing.T, s *sluice, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return s.gates[0].Waiting() == n }, 5*time.Second, time.Millisecond)
+}
+
+func withTier(p openai.ChatCompletionNewParams, tier string) openai.ChatCompletionNewParams {
+	p.ServiceTier = openai.ChatCompletionNewParamsServiceTier(tier)
+	return p
+}
+
+func TestAdmissionServesPriorityFirstAndBindsLate(t *testing.T) {
+	w := startWorker(t, model, "h100-llama3-8b", 1)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 1})
+	c := s.client(t)
+	release := holdSlot(t, c)
+
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	for i, tier := range []string{"flex", "default", "priority"} {
+		wg.Go(func() {
+			_, err := c.Chat.Completions.New(context.Background(), withTier(chatParams(model), tier))
+			assert.NoError(t, err)
+			mu.Lock()
+			order = append(order, tier)
+			mu.Unlock()
+		})
+		waitQueued(t, s, i+1)
+	}
+	assert.Equal(t, 1, w.Load().Running+w.Load().Waiting, "late binding: the waiting requests are in the router, not the worker's queue")
+	release()
+	wg.Wait()
+	assert.Equal(t, []string{"priority", "default", "flex"}, order)
+	page := scrape(t, s)
+	assert.Contains(t, page, `sluice_admission_wait_seconds_count{class="flex",model="`+model+`"} 1`)
+}
+
+func TestAdmissionShedsFlexFirst(t *testing.T) {
+	w := startWorker(t, model, "h100-llama3-8b", 1)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 1, queue: 2})
+	c := s.client(t)
+	release := holdSlot(t, c)
+	defer release()
+
+	errs := make(chan error, 3)
+	send := func(tier string) {
+		go func() {
+			_, err := c.Chat.Completions.New(context.Background(), withTier(chatParams(model), tier))
+			errs <- err
+		}()
+	}
+	send("flex")
+	waitQueued(t, s, 1)
+	send("default")
+	waitQueued(t, s, 2)
+	send("priority") // the queue is full: the flex request goes
+	err := <-errs
+	assertAPIError(t, err, http.StatusTooManyRequests, "resource_unavailable")
+	var apiErr *openai.Error
+	require.True(t, errors.As(err, &apiErr))
+	assert.NotEmpty(t, apiErr.Response.Header.Get("Retry-After"))
+
+	_, err = c.Chat.Completions.New(context.Background(), withTier(chatParams(model), "flex"))
+	assertAPIError(t, err, http.StatusTooManyRequests, "resource_unavailable")
+	_, err = c.Chat.Completions.New(context.Background(), withTier(chatParams(model), "default"))
+	assertAPIError(t, err, http.StatusServiceUnavailable, "server_overloaded")
+
+	release()
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	assert.Contains(t, scrape(t, s), `sluice_admission_shed_total{class="flex",model="`+model+`",reason="queue full"} 2`)
+}
+
+func TestAdmissionClientThatLeavesFreesItsPlace(t *testing.T) {
+	w := startWorker(t, model, "h100-llama3-8b", 1)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 1})
+	c := s.client(t)
+	release := holdSlot(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Chat.Completions.New(ctx, chatParams(model))
+		done <- err
+	}()
+	waitQueued(t, s, 1)
+	cancel()
+	require.Error(t, <-done)
+	waitQueued(t, s, 0)
+	release()
+	_, err := c.Chat.Completions.New(context.Background(), chatParams(model))
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, s.endpoints[w.srv.URL].Requests(), "the request that left never reached the worker")
+}
+
+func TestAdmissionSharesTokensFairlyBetweenTenants(t *testing.T) {
+	w := startWorker(t, model, "h100-llama3-8b", 1)
+	opts := withTenants(t, &auth.Tenant{Name: "heavy", Tier: "pro"}, &auth.Tenant{Name: "light", Tier: "pro"})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 1, queue: 100})
+	heavy, light := s.keyed(t, "sk-heavy", 0), s.keyed(t, "sk-light", 0)
+	release := holdSlot(t, light)
+
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	send := func(c openai.Client, name string, maxTokens int64) {
+		wg.Go(func() {
+			p := chatParams(model)
+			p.MaxTokens = openai.Int(maxTokens)
+			_, err := c.Chat.Completions.New(context.Background(), p)
+			assert.NoError(t, err)
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+		})
+	}
+	for i := range 4 { // heavy asks 10x the tokens of light per request
+		send(heavy, "heavy", 200)
+		waitQueued(t, s, 2*i+1)
+		send(light, "light", 2)
+		waitQueued(t, s, 2*i+2)
+	}
+	release()
+	wg.Wait()
+	// Served by tokens, not requests: after heavy's first 200-token
+	// request, light's (about 30 tokens each with the prompt) all go
+	// before heavy's second.
+	require.Len(t, order, 8)
+	heavySeen := 0
+	for _, n := range order {
+		if n == "heavy" {
+			heavySeen++
+		} else {
+			assert.LessOrEqual(t, heavySeen, 1, "light waited behind more than one heavy request: %v", order)
+		}
+	}
+}
