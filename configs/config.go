@@ -112,6 +112,10 @@ type Admission struct {
 	// MaxWait is how long a request of each class may wait before it is
 	// shed. Defaults: priority 5s, default 30s, flex 10m.
 	MaxWait map[string]Duration `yaml:"max_wait"`
+	// Replicas is how many Sluice replicas share the budgets through
+	// limits.redis_url. While Redis fails, each replica admits up to
+	// budget / replicas on its own. Default 1.
+	Replicas int `yaml:"replicas"`
 }
 
 // AdmissionOn reports whether admission applies to model m.

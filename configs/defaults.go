@@ -43,6 +43,9 @@ func (c *Config) ApplyDefaults() {
 		if a.QueueSize == 0 {
 			a.QueueSize = DefaultAdmissionQueueSize
 		}
+		if a.Replicas == 0 {
+			a.Replicas = 1
+		}
 		if a.MaxWait == nil {
 			a.MaxWait = map[string]Duration{}
 		}

@@ -103,6 +103,9 @@ func (c *Config) Validate() error {
 		if a.MaxInFlightPerBackend < 0 {
 			bad(p+".max_in_flight_per_backend", "must not be negative (0 is off), got %d", a.MaxInFlightPerBackend)
 		}
+		if a.Replicas < 1 {
+			bad(p+".replicas", "must be at least 1, got %d", a.Replicas)
+		}
 		if a.QueueSize < 1 {
 			bad(p+".queue_size", "must be at least 1, got %d", a.QueueSize)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +32,7 @@ func newPolicyRegistry() (*policies.Registry, error) {
 // its endpoints (each once, for the load scraper). Endpoints come from eps,
 // so a reload keeps the counters and load of backends it keeps. Every
 // problem is reported, each naming its field.
-func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registry) (*router.Table, []*backends.Endpoint, error) {
+func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registry, shared *sharedAdmission) (*router.Table, []*backends.Endpoint, error) {
 	var errs []error
 	var all []*backends.Endpoint
 	seen := map[*backends.Endpoint]bool{}
@@ -79,7 +80,7 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 		}
 		route := &router.Route{Pool: pool, Picker: picker}
 		if m.AdmissionOn() {
-			if route.Gate, err = newGate(m, pool, picker, list); err != nil {
+			if route.Gate, err = newGate(m, pool, picker, list, shared); err != nil {
 				errs = append(errs, &configs.FieldError{Field: p + ".admission", Message: err.Error()})
 				continue
 			}
@@ -127,7 +128,7 @@ func newScraper(c *configs.Config, log *slog.Logger, reg prometheus.Registerer) 
 
 // newGate builds a model's admission gate: each backend's budget is its
 // max_in_flight, else the model's max_in_flight_per_backend.
-func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps []*backends.Endpoint) (*admission.Gate, error) {
+func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps []*backends.Endpoint, shared *sharedAdmission) (*admission.Gate, error) {
 	budget := make(map[*backends.Endpoint]int, len(eps))
 	for i, b := range m.Backends {
 		budget[eps[i]] = m.Admission.MaxInFlightPerBackend
@@ -138,6 +139,11 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 	o := admission.Options{
 		Budget:    func(e *backends.Endpoint) int { return budget[e] },
 		QueueSize: m.Admission.QueueSize,
+		Pool:      m.Name,
+		Replicas:  m.Admission.Replicas,
+	}
+	if shared != nil {
+		o.Shared, o.LeaseTTL, o.OnSharedError = shared.slots, shared.leaseTTL, shared.failed
 	}
 	for class, d := range m.Admission.MaxWait {
 		if c, ok := admission.ParseClass(class); ok {
@@ -145,4 +151,22 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		}
 	}
 	return admission.NewGate(pool, picker, o)
+}
+
+// sharedAdmission shares admission budgets through the limits' Redis.
+type sharedAdmission struct {
+	slots    admission.Slots
+	leaseTTL time.Duration
+	log      *slog.Logger
+	errors   prometheus.Counter
+	lastLog  atomic.Int64 // unix ns of the last warning
+}
+
+// failed counts a shared-store failure and logs at most one line in 10 s.
+func (s *sharedAdmission) failed(err error) {
+	s.errors.Inc()
+	now := time.Now().UnixNano()
+	if last := s.lastLog.Load(); now-last > int64(10*time.Second) && s.lastLog.CompareAndSwap(last, now) {
+		s.log.Warn("admission store failing; each replica admits within its share of the budgets", "err", err)
+	}
 }

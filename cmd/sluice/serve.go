@@ -88,10 +88,6 @@ func runServer(ctx context.Context, o serverOptions) error {
 		return err
 	}
 	eps := backends.NewRegistry()
-	table, endpoints, err := buildTable(cfg, reg, eps)
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.path, err)
-	}
 	metrics := prometheus.NewRegistry()
 	if err := metrics.Register(collectors.NewGoCollector()); err != nil {
 		return err
@@ -132,6 +128,14 @@ func runServer(ctx context.Context, o serverOptions) error {
 	limiter, err := newLimiter(cfg, st, o.log, metrics)
 	if err != nil {
 		return err
+	}
+	shared, err := newSharedAdmission(cfg, st, o.log, metrics)
+	if err != nil {
+		return err
+	}
+	table, endpoints, err := buildTable(cfg, reg, eps, shared)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.path, err)
 	}
 	if tenants.Open() {
 		o.log.Warn("no tenants configured: every caller is served without a key or limits")
@@ -214,7 +218,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		case err := <-served:
 			return fmt.Errorf("serve: %w", err)
 		case <-o.reload:
-			reloadTable(o, reg, eps, rt, scraper, cfg)
+			reloadTable(o, reg, eps, rt, scraper, cfg, shared)
 		case <-ctx.Done():
 			o.log.Info("shutting down", "drain", o.drain)
 			sctx, cancel := context.WithTimeout(context.Background(), o.drain)
@@ -237,13 +241,13 @@ func runServer(ctx context.Context, o serverOptions) error {
 // ones. Settings read only at start (listen, scrape, session_header) are
 // kept, with a warning when the file changed them.
 func reloadTable(o serverOptions, reg *policies.Registry, eps *backends.Registry, rt *router.Router,
-	scraper *loadscrape.Scraper, running *configs.Config) {
+	scraper *loadscrape.Scraper, running *configs.Config, shared *sharedAdmission) {
 	cfg, err := configs.Load(o.path)
 	if err == nil {
 		var t *router.Table
 		var endpoints []*backends.Endpoint
 		var dir *auth.Directory
-		if t, endpoints, err = buildTable(cfg, reg, eps); err == nil {
+		if t, endpoints, err = buildTable(cfg, reg, eps, shared); err == nil {
 			dir, err = buildTenants(cfg)
 		}
 		if err == nil {

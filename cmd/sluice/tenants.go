@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-llm/sluice/configs"
+	"github.com/sluice-llm/sluice/policies/admission/redisslots"
 	"github.com/sluice-llm/sluice/policies/quota"
 	"github.com/sluice-llm/sluice/policies/quota/memstore"
 	"github.com/sluice-llm/sluice/policies/quota/redisstore"
@@ -62,6 +63,9 @@ type limitStore struct {
 	redis bool
 	close func() error
 	load  func(context.Context) error // loads Redis's scripts; nil in-process
+	// client is the Redis client, nil in-process; admission shares its
+	// budgets through it too.
+	client redis.UniversalClient
 }
 
 func newLimitStore(c *configs.Config, redisURL string) (limitStore, error) {
@@ -80,7 +84,7 @@ func newLimitStore(c *configs.Config, redisURL string) (limitStore, error) {
 		_ = client.Close()
 		return limitStore{}, err
 	}
-	return limitStore{store: st, redis: true, close: client.Close, load: st.Load}, nil
+	return limitStore{store: st, redis: true, close: client.Close, load: st.Load, client: client}, nil
 }
 
 // newLimiter builds the limit stage over st.
@@ -132,4 +136,24 @@ func redisClient(raw string, timeout time.Duration) (redis.UniversalClient, erro
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = 4*timeout, timeout, timeout, timeout, -1
 	o.ContextTimeoutEnabled = true
 	return redis.NewClient(o), nil
+}
+
+// newSharedAdmission shares admission budgets through the limits' Redis
+// when there is one (nil in-process).
+func newSharedAdmission(c *configs.Config, st limitStore, log *slog.Logger, reg prometheus.Registerer) (*sharedAdmission, error) {
+	if st.client == nil {
+		return nil, nil
+	}
+	slots, err := redisslots.New(st.client, c.Limits.KeyPrefix)
+	if err != nil {
+		return nil, err
+	}
+	errs := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_admission_store_errors_total",
+		Help: "Shared admission store calls that failed; admission went on within this replica's share of the budgets.",
+	})
+	if err := reg.Register(errs); err != nil {
+		return nil, err
+	}
+	return &sharedAdmission{slots: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
 }

@@ -2,9 +2,13 @@ package admission
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-llm/sluice/backends"
@@ -39,6 +43,30 @@ type Options struct {
 	MaxWait [NumClasses]time.Duration
 	// OnShed, if set, is called (outside the lock) for every shed request.
 	OnShed func(Class, string)
+
+	// Shared, when set, shares the budgets and the order between classes
+	// with the other replicas that use the same store and Pool name: an
+	// endpoint has room when fewer than its budget hold leases on it in
+	// all, and a request does not start while one of a better class has
+	// waited longer than Patience on any replica.
+	Shared Slots
+	// Pool names the pool in the shared store (the model name).
+	Pool string
+	// Patience is the dispatch interval: how often a waiting request
+	// looks again for room that other replicas freed, and how long a
+	// better class may wait elsewhere before this replica holds back.
+	// Default 50ms.
+	Patience time.Duration
+	// LeaseTTL bounds how long a replica that died keeps its slots.
+	// Default 10m.
+	LeaseTTL time.Duration
+	// Replicas is how many replicas share the budgets: while the shared
+	// store fails, each admits up to its share, budget / Replicas
+	// (rounded up). Default 1.
+	Replicas int
+	// OnSharedError, if set, is called for every failed shared-store call
+	// (for a log line and a metric); admission goes on with the share.
+	OnSharedError func(error)
 }
 
 // Request is what admission knows of a request.
@@ -64,8 +92,11 @@ type Gate struct {
 	mu      sync.Mutex
 	q       *Queue
 	granted map[*backends.Endpoint]int
+	full    map[*backends.Endpoint]time.Time // shared store said full, until
 	scratch []*backends.Endpoint
 	now     func() time.Time
+	seq     atomic.Uint64
+	prefix  string
 }
 
 // NewGate returns a gate for pool, binding with picker.
@@ -82,8 +113,21 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 			o.MaxWait[c] = defaults[c]
 		}
 	}
-	return &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize),
-		granted: map[*backends.Endpoint]int{}, now: time.Now}, nil
+	if o.Patience <= 0 {
+		o.Patience = 50 * time.Millisecond
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 10 * time.Minute
+	}
+	if o.Replicas < 1 {
+		o.Replicas = 1
+	}
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("admission: lease prefix: %w", err)
+	}
+	return &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
+		granted: map[*backends.Endpoint]int{}, full: map[*backends.Endpoint]time.Time{}, now: time.Now}, nil
 }
 
 // Ticket is an admitted request's hold on its endpoint; Release it once
@@ -91,6 +135,8 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 type Ticket struct {
 	g        *Gate
 	ep       *backends.Endpoint
+	lease    string // in the shared store; "" when none was taken
+	class    Class
 	waited   time.Duration
 	released bool
 }
@@ -109,8 +155,9 @@ type waiter struct {
 }
 
 type result struct {
-	ep  *backends.Endpoint
-	err error
+	ep    *backends.Endpoint
+	lease string
+	err   error
 }
 
 // Admit waits until the request may run and returns its ticket, bound to
@@ -122,13 +169,13 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	start := g.now()
 	g.mu.Lock()
 	if g.q.Len() == 0 {
-		ep, err := g.bindLocked(ctx, r.Routing, nil)
+		ep, lease, err := g.bindLocked(ctx, r.Routing, nil, r.Class)
 		if ep != nil || !errors.Is(err, ErrNoRoom) {
 			g.mu.Unlock()
 			if err != nil {
 				return nil, err
 			}
-			return &Ticket{g: g, ep: ep}, nil
+			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class}, nil
 		}
 	}
 	w := &waiter{r: r, ready: make(chan result, 1)}
@@ -142,29 +189,63 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	if err != nil {
 		return nil, g.shedError(r.Class, "queue full")
 	}
+	if g.o.Shared != nil {
+		id := g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
+		g.shared(func(ctx context.Context) error {
+			return g.o.Shared.Wait(ctx, g.o.Pool, r.Class, id, g.o.MaxWait[r.Class]+g.o.Patience, g.now())
+		})
+		defer g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, r.Class, id) })
+	}
 	timer := time.NewTimer(g.o.MaxWait[r.Class])
 	defer timer.Stop()
+	var poll <-chan time.Time // with a shared store, room others free is seen by looking again
+	if g.o.Shared != nil {
+		tick := time.NewTicker(g.o.Patience)
+		defer tick.Stop()
+		poll = tick.C
+	}
 	var res result
-	select {
-	case res = <-w.ready:
-	case <-ctx.Done():
-		if res, ok := g.leave(w); !ok {
+	for waiting := true; waiting; {
+		select {
+		case res = <-w.ready:
+			waiting = false
+		case <-poll:
+			g.mu.Lock()
+			g.dispatchLocked()
+			g.mu.Unlock()
+		case <-ctx.Done():
+			if res, ok := g.leave(w); ok && res.ep != nil {
+				g.release(res.ep, res.lease) // bound as the client left: give the slot back
+			}
 			return nil, ctx.Err()
-		} else if res.ep != nil {
-			g.release(res.ep) // bound as the client left: give the slot back
-		}
-		return nil, ctx.Err()
-	case <-timer.C:
-		var ok bool
-		if res, ok = g.leave(w); !ok {
-			return nil, g.shedError(r.Class, "waited too long")
+		case <-timer.C:
+			var ok bool
+			if res, ok = g.leave(w); !ok {
+				return nil, g.shedError(r.Class, "waited too long")
+			}
+			waiting = false
 		}
 	}
 	if res.err != nil {
 		return nil, res.err
 	}
-	return &Ticket{g: g, ep: res.ep, waited: g.now().Sub(start)}, nil
+	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, waited: g.now().Sub(start)}, nil
 }
+
+// shared runs one shared-store call with a short deadline, reporting a
+// failure.
+func (g *Gate) shared(call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+	defer cancel()
+	err := call(ctx)
+	if err != nil && g.o.OnSharedError != nil {
+		g.o.OnSharedError(err)
+	}
+	return err
+}
+
+// sharedTimeout bounds each shared-store call.
+const sharedTimeout = 50 * time.Millisecond
 
 // leave takes w out of the queue and reports false; when w had already
 // left it (bound or shed) it returns the result sent to it and true.
@@ -190,30 +271,58 @@ func (g *Gate) shedError(c Class, reason string) *ShedError {
 	return &ShedError{Class: c, Reason: reason, RetryAfter: ra}
 }
 
-// bindLocked picks an endpoint with room (not in exclude) for routing and
-// counts it granted; ErrNoRoom when none has room.
-func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclude []*backends.Endpoint) (*backends.Endpoint, error) {
+// bindLocked picks an endpoint with room (not in exclude) for routing,
+// takes its slot (in the shared store too, when there is one) and returns
+// it with the lease; ErrNoRoom when none has room.
+func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclude []*backends.Endpoint, class Class) (*backends.Endpoint, string, error) {
+	now := g.now()
 	// Available may return the pool's own slice: never write into it.
-	avail := g.pool.Available(nil, g.now())
+	avail := g.pool.Available(nil, now)
 	if len(avail) == 0 {
-		return nil, policies.ErrNoEndpoint
+		return nil, "", policies.ErrNoEndpoint
 	}
 	room := g.scratch[:0]
 	for _, e := range avail {
+		if until, ok := g.full[e]; ok {
+			if now.Before(until) {
+				continue
+			}
+			delete(g.full, e)
+		}
 		if b := g.o.Budget(e); (b <= 0 || g.granted[e] < b) && !contains(exclude, e) {
 			room = append(room, e)
 		}
 	}
 	g.scratch = room
 	if len(room) == 0 {
-		return nil, ErrNoRoom
+		return nil, "", ErrNoRoom
 	}
 	ep, err := g.picker.Pick(ctx, routing, room)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	lease := ""
+	if b := g.o.Budget(ep); g.o.Shared != nil && b > 0 {
+		lease = g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
+		var ok bool
+		err := g.shared(func(sctx context.Context) (err error) {
+			ok, err = g.o.Shared.Acquire(sctx, g.o.Pool, ep.Address(), b, class, lease, g.o.LeaseTTL, g.o.Patience, now)
+			return err
+		})
+		switch {
+		case err != nil: // the store failed: admit within this replica's share
+			lease = ""
+			if g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas {
+				g.full[ep] = now.Add(g.o.Patience)
+				return nil, "", ErrNoRoom
+			}
+		case !ok:
+			g.full[ep] = now.Add(g.o.Patience)
+			return nil, "", ErrNoRoom
+		}
 	}
 	g.granted[ep]++
-	return ep, nil
+	return ep, lease, nil
 }
 
 // dispatchLocked binds waiting requests, in order, while endpoints have
@@ -222,16 +331,19 @@ func (g *Gate) dispatchLocked() {
 	for g.q.Len() > 0 {
 		it := g.q.Peek()
 		w := it.Value.(*waiter)
-		ep, err := g.bindLocked(context.Background(), w.r.Routing, nil)
+		ep, lease, err := g.bindLocked(context.Background(), w.r.Routing, nil, w.r.Class)
 		if errors.Is(err, ErrNoRoom) || errors.Is(err, policies.ErrNoEndpoint) {
 			return // wait for the next release (or the waiter's own deadline)
 		}
 		g.q.Pop()
-		w.ready <- result{ep: ep, err: err}
+		w.ready <- result{ep: ep, lease: lease, err: err}
 	}
 }
 
-func (g *Gate) release(ep *backends.Endpoint) {
+func (g *Gate) release(ep *backends.Endpoint, lease string) {
+	if lease != "" {
+		_ = g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, ep.Address(), lease) })
+	}
 	g.mu.Lock()
 	if g.granted[ep]--; g.granted[ep] <= 0 {
 		delete(g.granted, ep)
@@ -247,7 +359,7 @@ func (t *Ticket) Release() {
 		return
 	}
 	t.released = true
-	t.g.release(t.ep)
+	t.g.release(t.ep, t.lease)
 }
 
 // Rebind moves the ticket to another endpoint with room that is not in
@@ -256,16 +368,15 @@ func (t *Ticket) Release() {
 func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude []*backends.Endpoint) error {
 	g := t.g
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	ep, err := g.bindLocked(ctx, routing, exclude)
+	ep, lease, err := g.bindLocked(ctx, routing, exclude, t.class)
 	if err != nil {
+		g.mu.Unlock()
 		return err
 	}
-	if g.granted[t.ep]--; g.granted[t.ep] <= 0 {
-		delete(g.granted, t.ep)
-	}
-	t.ep = ep
-	g.dispatchLocked()
+	old, oldLease := t.ep, t.lease
+	t.ep, t.lease = ep, lease
+	g.mu.Unlock()
+	g.release(old, oldLease)
 	return nil
 }
 

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/gpuworker"
+)
+
+// slowWorker is a gpuworker with the H100 profile in real time, so that a
+// long stream holds its slot.
+func slowWorker(t *testing.T) (*gpuworker.Worker, string) {
+	t.Helper()
+	w, err := gpuworker.New(gpuworker.Options{Model: "m", Profile: "h100-llama3-8b", Speedup: 1})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	srv := httptest.NewServer(w.Handler())
+	t.Cleanup(func() { srv.Close(); cancel(); <-done })
+	return w, srv.URL
+}
+
+func client(addr string) openai.Client {
+	return openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"),
+		option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: &http.Transport{}}))
+}
+
+func chat(tier string, maxTokens int64) openai.ChatCompletionNewParams {
+	p := openai.ChatCompletionNewParams{Model: "m", MaxTokens: openai.Int(maxTokens),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
+	if tier != "" {
+		p.ServiceTier = openai.ChatCompletionNewParamsServiceTier(tier)
+	}
+	return p
+}
+
+// TestAdmissionOrderAndBudgetAcrossReplicas runs two sluice processes that
+// share one backend's budget of 1 through Redis: a default request waiting
+// on one replica does not start before a priority request that has waited
+// on the other, and the backend never runs more than one request.
+func TestAdmissionOrderAndBudgetAcrossReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	redis := startRedis(t)
+	bin := buildSluice(t)
+	w, url := slowWorker(t)
+	cfg := writeConfig(t, `listen: 127.0.0.1:0
+scrape:
+  enabled: false
+models:
+  - name: m
+    admission:
+      max_in_flight_per_backend: 1
+      replicas: 2
+    backends:
+      - url: `+url+`
+limits:
+  redis_url: `+redis.url()+`
+`)
+	a, b := startReplica(t, bin, cfg), startReplica(t, bin, cfg)
+	ca, cb := client(a), client(b)
+
+	var most atomic.Int64 // the most requests the worker ever held at once
+	stop := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				l := w.Load()
+				if n := int64(l.Running + l.Waiting); n > most.Load() {
+					most.Store(n)
+				}
+			}
+		}
+	})
+
+	ctx, release := context.WithCancel(context.Background())
+	hold := ca.Chat.Completions.NewStreaming(ctx, chat("", 5000))
+	require.True(t, hold.Next(), "the holder streams through replica A")
+
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	send := func(c openai.Client, tier string) {
+		wg.Go(func() {
+			_, err := c.Chat.Completions.New(context.Background(), chat(tier, 2))
+			assert.NoError(t, err)
+			mu.Lock()
+			order = append(order, tier)
+			mu.Unlock()
+		})
+	}
+	send(cb, "default") // waits on replica B
+	time.Sleep(200 * time.Millisecond)
+	send(ca, "priority") // waits on replica A, after it
+	time.Sleep(300 * time.Millisecond)
+	release()
+	_ = hold.Close()
+	wg.Wait()
+	close(stop)
+	watch.Wait()
+	assert.Equal(t, []string{"priority", "default"}, order, "the better class first, across replicas")
+	assert.LessOrEqual(t, most.Load(), int64(1), "one budget for both replicas")
+
+	// Redis stops: each replica admits within its share (1 of 1, rounded
+	// up), and nothing fails.
+	redis.stop()
+	var errs atomic.Int64
+	var load sync.WaitGroup
+	for i := range 8 {
+		c := ca
+		if i%2 == 1 {
+			c = cb
+		}
+		load.Go(func() {
+			if _, err := c.Chat.Completions.New(context.Background(), chat("", 2)); err != nil {
+				errs.Add(1)
+			}
+		})
+	}
+	load.Wait()
+	assert.Zero(t, errs.Load(), "Redis down: served on each replica's share")
+	page := scrapeText(t, a) + scrapeText(t, b)
+	assert.Regexp(t, `sluice_admission_store_errors_total [1-9]`, page)
+}
