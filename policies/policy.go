@@ -39,6 +39,11 @@ type Request struct {
 	Tenant   string
 	Tier     string
 	Priority int
+	// Class is the request's service class (priority, default, flex);
+	// ServiceTier is the same when the client named one in service_tier
+	// (the answer then says which class served it), else empty.
+	Class       string
+	ServiceTier string
 }
 
 // DefaultExpectedOutput is the output length assumed for a request that

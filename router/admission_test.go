@@ -165,3 +165,27 @@ func TestAdmissionSharesTokensFairlyBetweenTenants(t *testing.T) {
 		}
 	}
 }
+
+func TestAnswersNameTheServiceTierThatServedThem(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 4})
+	c := s.client(t)
+	res, err := c.Chat.Completions.New(context.Background(), withTier(chatParams(model), "flex"))
+	require.NoError(t, err)
+	assert.Equal(t, openai.ChatCompletionServiceTierFlex, res.ServiceTier)
+
+	st := c.Chat.Completions.NewStreaming(context.Background(), withTier(chatParams(model), "auto"))
+	n := 0
+	for st.Next() {
+		assert.Equal(t, openai.ChatCompletionChunkServiceTierDefault, st.Current().ServiceTier, "auto resolves to the tier's default")
+		n++
+	}
+	require.NoError(t, st.Err())
+	assert.Positive(t, n)
+
+	res, err = c.Chat.Completions.New(context.Background(), chatParams(model))
+	require.NoError(t, err)
+	assert.Empty(t, res.ServiceTier, "not asked, not stamped: the backend's bytes as they were")
+	_, err = c.Chat.Completions.New(context.Background(), withTier(chatParams(model), "turbo"))
+	assertAPIError(t, err, http.StatusBadRequest, "invalid_value")
+}

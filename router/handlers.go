@@ -72,6 +72,10 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) e
 	if err != nil {
 		return err
 	}
+	preq.Class = class.String()
+	if req.serviceTier != "" {
+		preq.ServiceTier = class.String()
+	}
 	var out backends.Outcome
 	if tenant == nil {
 		ticket, err := rt.admit(r, rte, &preq, class, nil)
@@ -181,6 +185,9 @@ func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, cla
 // panics with http.ErrAbortHandler) and returns nil once a response was
 // relayed, or the error to show the client.
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, preq *policies.Request, body []byte, strip bool, ticket *admission.Ticket, out *backends.Outcome) error {
+	if preq.ServiceTier != "" {
+		w = measure.NewTierWriter(w, preq.ServiceTier) // the answer names the class that served it
+	}
 	var tried []*backends.Endpoint
 	for attempt := 0; attempt <= rt.retries; attempt++ {
 		now := rt.now()
