@@ -14,6 +14,10 @@
 // were sent (PrefixTable), and caches of per-pool structures (Memo, Ring,
 // Affinity).
 //
+// The other stages of the request pipeline that decide things live beside
+// the policies: policies/quota (tenant limits and their stores) and
+// policies/admission (service classes and the late-binding queue).
+//
 // This package may import backends for the read-only endpoint view; it must
 // never import the router.
 package policies

@@ -1,13 +1,19 @@
 // Package router is Sluice's HTTP surface: the OpenAI-compatible routes
 // (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models),
-// /healthz, /readyz and /metrics, and the order of a request's life: parse,
-// pick, proxy, record.
+// /healthz, /readyz and /metrics, and the request pipeline, one stage after
+// the other: authenticate (router/auth), parse, limit (policies/quota),
+// admit (policies/admission), pick (the model's policies.Picker), proxy
+// (router/proxy), settle.
 //
 // Contracts: the request body is parsed once for the few fields routing
-// needs and forwarded as received; every error a client sees is
-// OpenAI-shaped JSON written by one function (writeError); the routing
-// table is an immutable snapshot read without locks.
+// needs and forwarded as received (the one edit: asking a stream for its
+// usage); every stage returns an error and one function (errorFor) turns it
+// into the client's status and OpenAI-shaped body; no transport error text
+// reaches a client; every attempt ends in one backends.Outcome that
+// settlement, endpoint statistics and metrics read; the routing table and
+// the tenant directory are immutable snapshots read without locks.
 //
-// This package may import backends and the policies contract, never a policy
-// implementation or configs; cmd/sluice wires concrete objects in.
+// This package may import backends and the policies contracts and stages
+// (policies, policies/quota, policies/admission), never a routing policy,
+// a store implementation or configs; cmd/sluice wires concrete objects in.
 package router
