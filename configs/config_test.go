@@ -111,6 +111,7 @@ models:
 			"models[2].backends[0].url: is required",
 		}},
 		{"url with query", "models:\n  - name: m\n    backends:\n      - url: http://a:1/?x=1\n", []string{"models[0].backends[0].url: must not carry a query"}},
+		{"port out of range", "models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:99999\n", []string{"models[0].backends[0].url: port 99999 is out of range 1-65535"}},
 		{"two documents", minimal + "---\n" + minimal, []string{"more than one YAML document"}},
 	}
 	for _, tt := range tests {

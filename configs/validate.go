@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -151,6 +152,11 @@ func checkURL(s string) string {
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Sprintf("must not carry a query or fragment: %q", s)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("port %s is out of range 1-65535 in %q", p, s)
+		}
 	}
 	return ""
 }

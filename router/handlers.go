@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -355,21 +357,17 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	if r.ContentLength > rt.maxBody {
 		return nil, bodyTooLarge(rt.maxBody)
 	}
+	// The buffer grows with what arrives, never from the declared
+	// Content-Length: a client that declares 10 MiB and sends one byte a
+	// second holds a few bytes, not 10 MiB.
 	rd := http.MaxBytesReader(w, r.Body, rt.maxBody)
-	var body []byte
-	var err error
-	if r.ContentLength > 0 {
-		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(rd, body)
-	} else {
-		body, err = io.ReadAll(rd)
-	}
+	body, err := io.ReadAll(rd)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, bodyTooLarge(rt.maxBody)
 		}
-		return nil, badRequest("", "invalid_body", "could not read the request body: "+err.Error())
+		return nil, badRequest("", "invalid_body", "The request body could not be read.")
 	}
 	return body, nil
 }
@@ -429,7 +427,12 @@ func (rt *Router) listModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (rt *Router) getModel(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "model")
+	name := chi.URLParam(r, "*")
+	if raw := r.URL.RawPath; raw != "" { // an escaped slash (%2F) arrives decoded in Path
+		if unescaped, err := url.PathUnescape(strings.TrimPrefix(raw, "/v1/models/")); err == nil {
+			name = unescaped
+		}
+	}
 	tenant, err := rt.tenants.Load().Authenticate(r)
 	if err != nil {
 		writeError(w, errorFor(err))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 )
 
 // inferenceRequest holds the few fields of an OpenAI request body that
@@ -48,10 +49,10 @@ func parseInference(body []byte) (parsed, error) {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
 			return parsed{}, badRequest(typeErr.Field, "invalid_type",
-				fmt.Sprintf("invalid type for %q: expected %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value))
+				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s.", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value))
 		}
 		return parsed{}, badRequest("", "invalid_json",
-			fmt.Sprintf("We could not parse the JSON body of your request: %v", err))
+			"We could not parse the JSON body of your request. The body must be a JSON object with a \"model\" field.")
 	}
 	if f.Model == "" {
 		return parsed{}, badRequest("model", "missing_required_parameter",
@@ -76,4 +77,27 @@ func parseInference(body []byte) (parsed, error) {
 func bodyTooLarge(limit int64) *APIError {
 	return &APIError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
 		Message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit)}
+}
+
+// jsonKind names a Go type the way a JSON client thinks of it.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "another type"
 }

@@ -208,6 +208,15 @@ func (rt *Router) SetTable(t *Table) {
 	}
 }
 
+// allowed is the Allow header for a path that exists under other methods.
+func allowed(path string) string {
+	switch path {
+	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings":
+		return "POST"
+	}
+	return "GET, HEAD"
+}
+
 // SetTenants swaps in a new tenant directory (nil or empty: open). It
 // returns an error, keeping the old one, when the router has no Limiter
 // for a directory with tenants.
@@ -228,7 +237,8 @@ func (rt *Router) Handler() http.Handler {
 		writeError(w, &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found",
 			Message: "no such route"})
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Allow", allowed(req.URL.Path))
 		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest,
 			Code: "method_not_allowed", Message: "method not allowed on this route"})
 	})
@@ -237,7 +247,7 @@ func (rt *Router) Handler() http.Handler {
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(rt.registry, promhttp.HandlerOpts{}))
 	r.Route("/v1", func(r chi.Router) {
 		r.Get("/models", rt.listModels)
-		r.Get("/models/{model}", rt.getModel)
+		r.Get("/models/*", rt.getModel) // model names may hold slashes (meta-llama/Meta-Llama-3-8B-Instruct)
 		r.Post("/chat/completions", rt.inference)
 		r.Post("/completions", rt.inference)
 		r.Post("/embeddings", rt.inference)
