@@ -360,6 +360,10 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	// The buffer grows with what arrives, never from the declared
 	// Content-Length: a client that declares 10 MiB and sends one byte a
 	// second holds a few bytes, not 10 MiB.
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(rt.bodyWait)) == nil {
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
 	rd := http.MaxBytesReader(w, r.Body, rt.maxBody)
 	body, err := io.ReadAll(rd)
 	if err != nil {

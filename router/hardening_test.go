@@ -2,9 +2,11 @@ package router_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -53,5 +55,33 @@ func TestClientMistakesReadPlainly(t *testing.T) {
 	res.Body.Close()
 	assert.Equal(t, http.StatusNotFound, res.StatusCode)
 	assert.Less(t, len(e.Message), 400, "a 1 MiB model name is not echoed whole")
+	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestSlowBodyLosesItsRequest(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	s := startSluice(t, router.Options{BodyReadTimeout: 200 * time.Millisecond}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write([]byte(`{"model":`)) // then nothing: a client stuck mid-body
+	}()
+	t.Cleanup(func() { _ = pw.Close() })
+	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions", pr)
+	require.NoError(t, err)
+	req.ContentLength = 10 << 20 // declares 10 MiB
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+			res.Body.Close()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a slow body held the request past the read timeout")
+	}
 	http.DefaultClient.CloseIdleConnections()
 }

@@ -92,6 +92,9 @@ type Options struct {
 	// Limiter enforces the tenants' limits. Required when Tenants has
 	// tenants.
 	Limiter *quota.Limiter
+	// BodyReadTimeout bounds reading a request body: a client that sends
+	// it slower loses the request (400) and its connection. Default 30s.
+	BodyReadTimeout time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -104,6 +107,7 @@ type Router struct {
 	table    atomic.Pointer[Table]
 	tenants  atomic.Pointer[auth.Directory]
 	limiter  *quota.Limiter
+	bodyWait time.Duration
 	maxBody  int64
 	retries  int
 	cooldown time.Duration
@@ -132,6 +136,9 @@ func New(o Options) (*Router, error) {
 	}
 	if o.Cooldown == 0 {
 		o.Cooldown = 2 * time.Second
+	}
+	if o.BodyReadTimeout <= 0 {
+		o.BodyReadTimeout = 30 * time.Second
 	}
 	if o.Transport == nil {
 		o.Transport = proxy.NewTransport(proxy.TransportOptions{})
@@ -178,6 +185,7 @@ func New(o Options) (*Router, error) {
 		now:      o.Now,
 		created:  o.Now().Unix(),
 		limiter:  o.Limiter,
+		bodyWait: o.BodyReadTimeout,
 
 		sessionHeader: textproto.CanonicalMIMEHeaderKey(o.SessionHeader),
 	}
