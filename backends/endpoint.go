@@ -24,6 +24,11 @@ type Endpoint struct {
 	// authorization is the Authorization header value sent to the backend
 	// (its own API key), empty for none; a reload may change it.
 	authorization atomic.Pointer[string]
+	// breaker, when set, trips on backend faults; breakerOpenUntil is the
+	// Unix-nanosecond time until which an open breaker keeps the endpoint
+	// out of routing (0: not open).
+	breaker          atomic.Pointer[Breaker]
+	breakerOpenUntil atomic.Int64
 
 	sig signals
 }
@@ -98,16 +103,31 @@ func (e *Endpoint) End(tokens int64) {
 	e.sig.inFlightTokens.Add(-tokens)
 }
 
-// Available reports whether the endpoint may be routed to at now.
+// Available reports whether the endpoint may be routed to at now: not held
+// out after a failure to connect, and its breaker not open. Once an open
+// breaker's time is up the endpoint is available again, and the breaker
+// lets its probes through.
 func (e *Endpoint) Available(now time.Time) bool {
+	n := now.UnixNano()
 	d := e.downUntil.Load()
-	return d == 0 || now.UnixNano() >= d
+	b := e.breakerOpenUntil.Load()
+	return (d == 0 || n >= d) && (b == 0 || n >= b)
+}
+
+// Breaker is the endpoint's circuit breaker, nil when it has none.
+func (e *Endpoint) Breaker() *Breaker { return e.breaker.Load() }
+
+// SetBreaker gives the endpoint a circuit breaker with s (replacing any it
+// had: counts start afresh).
+func (e *Endpoint) SetBreaker(s BreakerSettings) {
+	e.breakerOpenUntil.Store(0)
+	e.breaker.Store(newBreaker(e, s))
 }
 
 // AvailableAt is when a held-out endpoint returns to routing (zero if it is
 // available now).
 func (e *Endpoint) AvailableAt() time.Time {
-	d := e.downUntil.Load()
+	d := max(e.downUntil.Load(), e.breakerOpenUntil.Load())
 	if d == 0 {
 		return time.Time{}
 	}

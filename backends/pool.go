@@ -57,8 +57,13 @@ func (p *Pool) Available(dst []*Endpoint, now time.Time) []*Endpoint {
 // Registry keeps one Endpoint per address across reloads, so an endpoint's
 // counters and health survive a config change that keeps it.
 type Registry struct {
-	byAddr map[string]*Endpoint
+	byAddr   map[string]*Endpoint
+	breakers *BreakerSettings
 }
+
+// SetBreakers gives every endpoint the registry makes from now on a circuit
+// breaker with s.
+func (r *Registry) SetBreakers(s BreakerSettings) { r.breakers = &s }
 
 // NewRegistry returns an empty endpoint registry.
 func NewRegistry() *Registry { return &Registry{byAddr: map[string]*Endpoint{}} }
@@ -71,6 +76,9 @@ func (r *Registry) Get(rawURL string, weight int) (*Endpoint, error) {
 	}
 	if old, ok := r.byAddr[e.Address()]; ok && old.weight == e.weight {
 		return old, nil
+	}
+	if r.breakers != nil {
+		e.SetBreaker(*r.breakers)
 	}
 	r.byAddr[e.Address()] = e
 	return e, nil

@@ -49,7 +49,33 @@ type Upstream struct {
 	// Retries is how many other backends are tried when one fails before it
 	// has sent a response byte. Default 1; write 0 to disable retries.
 	Retries *int `yaml:"retries"`
+	// Breaker configures each backend's circuit breaker (restart to change).
+	Breaker Breaker `yaml:"breaker"`
 }
+
+// Breaker configures the circuit breaker every backend gets: backend
+// faults (5xx answers, refused connections, timeouts, answers that break
+// off) trip it; client cancels and 4xx answers do not count. An open
+// breaker keeps its backend out of routing for open_for, then lets probes
+// through: a success closes it, a fault opens it again.
+type Breaker struct {
+	// Enabled turns breakers on. Default true.
+	Enabled *bool `yaml:"enabled"`
+	// ConsecutiveFailures trips it after this many faults in a row. Default 5.
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// FailureRatio trips it when at least min_requests attempts ended within
+	// window and this share of them were faults. Defaults 0.5, 20, 10s.
+	FailureRatio float64  `yaml:"failure_ratio"`
+	MinRequests  int      `yaml:"min_requests"`
+	Window       Duration `yaml:"window"`
+	// OpenFor is how long it stays open before probing. Default 5s.
+	OpenFor Duration `yaml:"open_for"`
+	// Probes is how many attempts a half-open breaker lets through. Default 1.
+	Probes int `yaml:"probes"`
+}
+
+// On reports whether breakers are enabled (true when unset).
+func (b Breaker) On() bool { return b.Enabled == nil || *b.Enabled }
 
 // Scrape configures the poller that reads each backend's /metrics (vLLM,
 // SGLang, TGI or gpuworker names, detected per backend) so load-aware

@@ -75,6 +75,25 @@ func (c *Config) ApplyDefaults() {
 		r := DefaultRetries
 		u.Retries = &r
 	}
+	b := &u.Breaker
+	if b.ConsecutiveFailures == 0 {
+		b.ConsecutiveFailures = 5
+	}
+	if b.FailureRatio == 0 {
+		b.FailureRatio = 0.5
+	}
+	if b.MinRequests == 0 {
+		b.MinRequests = 20
+	}
+	if b.Window == 0 {
+		b.Window = Duration(10 * time.Second)
+	}
+	if b.OpenFor == 0 {
+		b.OpenFor = Duration(5 * time.Second)
+	}
+	if b.Probes == 0 {
+		b.Probes = 1
+	}
 	if c.SessionHeader == "" {
 		c.SessionHeader = DefaultSessionHeader
 	}

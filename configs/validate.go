@@ -47,6 +47,13 @@ func (c *Config) Validate() error {
 	if u.Retries != nil && (*u.Retries < 0 || *u.Retries > 10) {
 		bad("upstream.retries", "must be between 0 and 10, got %d", *u.Retries)
 	}
+	if br := u.Breaker; br.ConsecutiveFailures < 1 || br.MinRequests < 1 || br.Probes < 1 {
+		bad("upstream.breaker", "consecutive_failures, min_requests and probes must be at least 1")
+	} else if br.FailureRatio <= 0 || br.FailureRatio > 1 {
+		bad("upstream.breaker.failure_ratio", "must be in (0, 1], got %g", br.FailureRatio)
+	} else if br.Window <= 0 || br.OpenFor <= 0 {
+		bad("upstream.breaker", "window and open_for must be positive")
+	}
 	if !headerName(c.SessionHeader) {
 		bad("session_header", "want an HTTP header name, got %q", c.SessionHeader)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/gpuworker"
+	"github.com/sluice-llm/sluice/policies/roundrobin"
 	"github.com/sluice-llm/sluice/router"
 )
 
@@ -79,5 +82,51 @@ func TestBackendDyingMidStreamAbortsTheClient(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	assert.Equal(t, http.StatusOK, res.StatusCode)
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestBreakerTakesAFailingBackendOutAndProbesItBack: a worker answering
+// 500 to everything is taken out of routing by its breaker after five
+// faults, and once it is well again a probe brings it back.
+func TestBreakerTakesAFailingBackendOutAndProbesItBack(t *testing.T) {
+	good := startWorker(t, model, "instant", 0)
+	bad := startWorkerOpts(t, gpuworker.Options{Model: model, Faults: gpuworker.Faults{ErrorRate: 1, ErrorStatus: 500}})
+	s := startSluice(t, router.Options{}, routeSpec{model: model, policy: roundrobin.Name, urls: []string{good.srv.URL, bad.srv.URL}})
+	var changes []string
+	var mu sync.Mutex
+	for _, e := range s.endpoints {
+		e.SetBreaker(backends.BreakerSettings{OpenFor: 300 * time.Millisecond, OnChange: func(addr, from, to string) {
+			mu.Lock()
+			changes = append(changes, to)
+			mu.Unlock()
+		}})
+	}
+	send := func(n int) (fails int) {
+		for range n {
+			res, err := http.Post(s.srv.URL+"/v1/completions", "application/json",
+				strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":1}`))
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				fails++
+			}
+		}
+		return fails
+	}
+	fails := send(40)
+	badEP := s.endpoints[bad.srv.URL]
+	assert.Equal(t, 5, fails, "five 500s trip the breaker; then only the good worker answers")
+	assert.EqualValues(t, 5, badEP.Requests())
+	assert.Equal(t, "open", badEP.Breaker().State())
+
+	require.NoError(t, bad.SetFaults(gpuworker.Faults{})) // well again
+	time.Sleep(400 * time.Millisecond) // past OpenFor: the next request through it is the probe
+	assert.Zero(t, send(20))
+	assert.Equal(t, "closed", badEP.Breaker().State())
+	assert.Greater(t, badEP.Requests(), uint64(5), "back in rotation")
+	mu.Lock()
+	assert.Equal(t, []string{"open", "half-open", "closed"}, changes)
+	mu.Unlock()
 	http.DefaultClient.CloseIdleConnections()
 }

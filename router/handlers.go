@@ -218,7 +218,15 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		if ep == nil {
 			break
 		}
-		aerr := rt.attempt(w, r, ep, preq, body, strip, out)
+		var done func(backends.ErrorClass)
+		if b := ep.Breaker(); b != nil {
+			var ok bool
+			if done, ok = b.Allow(); !ok { // open, or half-open with its probes out
+				tried = append(tried, ep)
+				continue
+			}
+		}
+		aerr := rt.attempt(w, r, ep, preq, body, strip, out, done)
 		if aerr == nil {
 			return nil
 		}
@@ -239,7 +247,9 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 
 // attempt sends one request to ep, leaves its outcome in out and returns
 // the error when nothing was relayed to the client.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte, strip bool, out *backends.Outcome) (err error) {
+//
+// breakerDone, when set, is told how the attempt ended.
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass)) (err error) {
 	ctx, span := rt.attempts.Start(r.Context(), "upstream", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("sluice.backend", ep.Address())))
 	r = r.WithContext(ctx)
@@ -267,6 +277,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		rt.metrics.attempts.WithLabelValues(ep.Address(), out.Class.String()).Inc()
 		span.SetAttributes(attribute.String("sluice.outcome", out.Class.String()))
 		span.End()
+		if breakerDone != nil {
+			breakerDone(out.Class)
+		}
 		att.Finish(*out) // last: once in-flight drops, the attempt is fully recorded
 	}()
 	err = rt.proxy.Forward(mw, r, ep.URL(), ep.Authorization(), body)

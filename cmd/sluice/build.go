@@ -170,3 +170,38 @@ func (s *sharedAdmission) failed(err error) {
 		s.log.Warn("admission store failing; each replica admits within its share of the budgets", "err", err)
 	}
 }
+
+// breakerSettings maps the config onto the endpoints' breakers, whose state
+// changes are logged and counted.
+func breakerSettings(c configs.Breaker, log *slog.Logger, reg prometheus.Registerer) (backends.BreakerSettings, error) {
+	changes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_breaker_transitions_total",
+		Help: "Circuit breaker state changes, by backend and the state entered (open, half-open, closed).",
+	}, []string{"backend", "to"})
+	open := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_breaker_open",
+		Help: "1 while a backend's circuit breaker is open (the backend is out of routing), else 0.",
+	}, []string{"backend"})
+	for _, col := range []prometheus.Collector{changes, open} {
+		if err := reg.Register(col); err != nil {
+			return backends.BreakerSettings{}, err
+		}
+	}
+	return backends.BreakerSettings{
+		ConsecutiveFailures: uint32(c.ConsecutiveFailures),
+		FailureRatio:        c.FailureRatio,
+		MinRequests:         uint32(c.MinRequests),
+		Window:              c.Window.Std(),
+		OpenFor:             c.OpenFor.Std(),
+		Probes:              uint32(c.Probes),
+		OnChange: func(addr, from, to string) {
+			changes.WithLabelValues(addr, to).Inc()
+			v := 0.0
+			if to == "open" {
+				v = 1
+			}
+			open.WithLabelValues(addr).Set(v)
+			log.Warn("circuit breaker "+to, "backend", addr, "from", from)
+		},
+	}, nil
+}

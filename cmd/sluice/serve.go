@@ -89,6 +89,13 @@ func runServer(ctx context.Context, o serverOptions) error {
 	}
 	eps := backends.NewRegistry()
 	metrics := prometheus.NewRegistry()
+	if cfg.Upstream.Breaker.On() {
+		s, err := breakerSettings(cfg.Upstream.Breaker, o.log, metrics)
+		if err != nil {
+			return err
+		}
+		eps.SetBreakers(s)
+	}
 	if err := metrics.Register(collectors.NewGoCollector()); err != nil {
 		return err
 	}
