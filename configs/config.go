@@ -49,6 +49,10 @@ type Upstream struct {
 	// Retries is how many other backends are tried when one fails before it
 	// has sent a response byte. Default 1; write 0 to disable retries.
 	Retries *int `yaml:"retries"`
+	// StreamIdleTimeout ends a streamed answer whose backend sends nothing
+	// for this long; the client gets an error event. Default 60s (it must
+	// outlast the slowest prefill of a long prompt).
+	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
 	// Breaker configures each backend's circuit breaker (restart to change).
 	Breaker Breaker `yaml:"breaker"`
 }

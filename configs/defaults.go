@@ -75,6 +75,9 @@ func (c *Config) ApplyDefaults() {
 		r := DefaultRetries
 		u.Retries = &r
 	}
+	if u.StreamIdleTimeout == 0 {
+		u.StreamIdleTimeout = Duration(60 * time.Second)
+	}
 	b := &u.Breaker
 	if b.ConsecutiveFailures == 0 {
 		b.ConsecutiveFailures = 5

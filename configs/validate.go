@@ -47,6 +47,9 @@ func (c *Config) Validate() error {
 	if u.Retries != nil && (*u.Retries < 0 || *u.Retries > 10) {
 		bad("upstream.retries", "must be between 0 and 10, got %d", *u.Retries)
 	}
+	if u.StreamIdleTimeout < 0 {
+		bad("upstream.stream_idle_timeout", "must be positive, got %s", u.StreamIdleTimeout.Std())
+	}
 	if br := u.Breaker; br.ConsecutiveFailures < 1 || br.MinRequests < 1 || br.Probes < 1 {
 		bad("upstream.breaker", "consecutive_failures, min_requests and probes must be at least 1")
 	} else if br.FailureRatio <= 0 || br.FailureRatio > 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -121,7 +122,7 @@ func TestBreakerTakesAFailingBackendOutAndProbesItBack(t *testing.T) {
 	assert.Equal(t, "open", badEP.Breaker().State())
 
 	require.NoError(t, bad.SetFaults(gpuworker.Faults{})) // well again
-	time.Sleep(400 * time.Millisecond) // past OpenFor: the next request through it is the probe
+	time.Sleep(400 * time.Millisecond)                    // past OpenFor: the next request through it is the probe
 	assert.Zero(t, send(20))
 	assert.Equal(t, "closed", badEP.Breaker().State())
 	assert.Greater(t, badEP.Requests(), uint64(5), "back in rotation")
@@ -129,4 +130,50 @@ func TestBreakerTakesAFailingBackendOutAndProbesItBack(t *testing.T) {
 	assert.Equal(t, []string{"open", "half-open", "closed"}, changes)
 	mu.Unlock()
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestStalledStreamEndsWithAnErrorEvent: a backend that stops sending mid
+// stream is cut after the idle timeout and the client reads an error, not
+// a clean end.
+func TestStalledStreamEndsWithAnErrorEvent(t *testing.T) {
+	w := startWorkerOpts(t, gpuworker.Options{Model: model, Faults: gpuworker.Faults{StallAfter: 3}})
+	s := startSluice(t, router.Options{StreamIdleTimeout: 300 * time.Millisecond}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.client(t)
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(50)
+	start := time.Now()
+	st := c.Chat.Completions.NewStreaming(context.Background(), p)
+	n := 0
+	for st.Next() {
+		n++
+	}
+	require.Error(t, st.Err())
+	assert.Contains(t, st.Err().Error(), "stopped sending")
+	assert.Less(t, time.Since(start), 5*time.Second, "cut by the idle timeout, not the client's")
+	assert.Positive(t, n, "the tokens before the stall were relayed")
+	assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+w.srv.URL+`",outcome="timeout"} 1`)
+}
+
+// TestStreamEndingWithoutDoneIsNotPassedOffAsWhole: a backend that closes
+// its stream cleanly but without [DONE] (stopped mid-answer) must not look
+// like a finished answer to the client.
+func TestStreamEndingWithoutDoneIsNotPassedOffAsWhole(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 2 {
+			_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"t`+string(rune('0'+i))+`"}}]}`+"\n\n")
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(backend.Close)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{backend.URL}})
+	c := s.client(t)
+	st := c.Chat.Completions.NewStreaming(context.Background(), chatParams(model))
+	n := 0
+	for st.Next() {
+		n++
+	}
+	assert.Equal(t, 2, n)
+	require.Error(t, st.Err())
+	assert.Contains(t, st.Err().Error(), "ended the answer early")
 }

@@ -267,10 +267,11 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 			att.FirstToken(0) // a whole answer: its first byte is not a first token
 		}
 	}
+	returned := false // Forward returned rather than panicked
 	defer func() {
 		res := mw.Result()
-		if out.Class == backends.ClassFailed && err == nil && ctx.Err() != nil {
-			out.Class = backends.ClassClientGone // the client hung up mid-stream; the backend did nothing wrong
+		if !returned && ctx.Err() != nil {
+			out.Class = backends.ClassClientGone // the client hung up mid-answer; the backend did nothing wrong
 		}
 		fillOutcome(out, res)
 		g.Dec()
@@ -283,8 +284,23 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		att.Finish(*out) // last: once in-flight drops, the attempt is fully recorded
 	}()
 	err = rt.proxy.Forward(mw, r, ep.URL(), ep.Authorization(), body)
-	if err == nil {
+	returned = true
+	var cut *proxy.StreamCutError
+	if err == nil || errors.As(err, &cut) {
 		_ = mw.Finish() // relays the rest of an event a stream ended inside; the client may be gone
+	}
+	if cut != nil {
+		// The stream broke after it started: tell the client in OpenAI's
+		// shape rather than end it as if it were whole. Written past the
+		// measuring writer: it is not the backend's answer.
+		_, _ = w.Write(proxy.ErrorEvent(cut))
+		_ = http.NewResponseController(w).Flush()
+		out.Class = backends.ClassFailed
+		if cut.Stalled {
+			out.Class = backends.ClassTimeout
+		}
+		rt.log.Warn("stream cut", "backend", ep.Address(), "err", cut.Err)
+		return nil
 	}
 	out.Class = classify(err, mw.Result().Status)
 	if err == nil && ep.MarkHealthy() {

@@ -92,6 +92,9 @@ type Options struct {
 	// Limiter enforces the tenants' limits. Required when Tenants has
 	// tenants.
 	Limiter *quota.Limiter
+	// StreamIdleTimeout ends a stream whose backend sends nothing for this
+	// long, with an error event to the client. Default 60s.
+	StreamIdleTimeout time.Duration
 	// BodyReadTimeout bounds reading a request body: a client that sends
 	// it slower loses the request (400) and its connection. Default 30s.
 	BodyReadTimeout time.Duration
@@ -137,6 +140,9 @@ func New(o Options) (*Router, error) {
 	if o.Cooldown == 0 {
 		o.Cooldown = 2 * time.Second
 	}
+	if o.StreamIdleTimeout <= 0 {
+		o.StreamIdleTimeout = 60 * time.Second
+	}
 	if o.BodyReadTimeout <= 0 {
 		o.BodyReadTimeout = 30 * time.Second
 	}
@@ -164,7 +170,8 @@ func New(o Options) (*Router, error) {
 	if o.TracerProvider == nil {
 		o.TracerProvider = noop.NewTracerProvider()
 	}
-	px, err := proxy.New(proxy.Options{Transport: o.Transport, Logger: o.Logger, Inject: injectTraceContext})
+	px, err := proxy.New(proxy.Options{Transport: o.Transport, Logger: o.Logger, Inject: injectTraceContext,
+		StreamIdleTimeout: o.StreamIdleTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -103,11 +103,12 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 // routerOptions maps the config onto the router's options.
 func routerOptions(c *configs.Config, t *router.Table) router.Options {
 	return router.Options{
-		Table:         t,
-		MaxBodyBytes:  c.MaxBodyBytes,
-		Retries:       *c.Upstream.Retries,
-		Cooldown:      2 * time.Second,
-		SessionHeader: c.SessionHeader,
+		Table:             t,
+		MaxBodyBytes:      c.MaxBodyBytes,
+		Retries:           *c.Upstream.Retries,
+		StreamIdleTimeout: c.Upstream.StreamIdleTimeout.Std(),
+		Cooldown:          2 * time.Second,
+		SessionHeader:     c.SessionHeader,
 	}
 }
 

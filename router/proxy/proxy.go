@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Outcome classifies a failed attempt.
@@ -30,7 +31,8 @@ const (
 	Timeout
 	// Failed: the backend failed after the request was sent.
 	Failed
-	// ClientGone: the client cancelled; nothing should be written.
+	// ClientGone: the client cancelled (perhaps mid-stream); nothing more
+	// should be written.
 	ClientGone
 )
 
@@ -53,12 +55,16 @@ type Options struct {
 	// Inject, if set, adds headers to each upstream request from its
 	// context (trace propagation).
 	Inject func(ctx context.Context, h http.Header)
+	// StreamIdleTimeout ends an event stream whose backend sends nothing
+	// for this long (an error event tells the client). Zero means none.
+	StreamIdleTimeout time.Duration
 }
 
 // Proxy forwards requests to a given base URL.
 type Proxy struct {
 	transport http.RoundTripper
 	inject    func(context.Context, http.Header)
+	idle      time.Duration
 	errorLog  *log.Logger
 	buffers   bufferPool
 }
@@ -73,6 +79,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	return &Proxy{
 		transport: o.Transport,
+		idle:      o.StreamIdleTimeout,
 		inject:    o.Inject,
 		errorLog:  slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 		buffers:   bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}},
@@ -82,10 +89,13 @@ func New(o Options) (*Proxy, error) {
 // Forward sends r, with body as its payload, to target (a base URL whose path
 // prefixes the request path) and copies the response to w, flushing every
 // event of a stream as it arrives. It returns nil when a response was
-// relayed (whatever its status), or an *AttemptError when nothing was
-// written to w. A failure after the response started panics with
-// http.ErrAbortHandler, as httputil.ReverseProxy does, so the server aborts
-// the client connection.
+// relayed (whatever its status), a *StreamCutError when an event stream
+// was relayed in part and then broke, stalled past the idle timeout or
+// ended without [DONE] (the caller ends it with ErrorEvent), or an
+// *AttemptError when nothing was written to w. A whole (non-stream) answer
+// that fails after it started panics with http.ErrAbortHandler, as
+// httputil.ReverseProxy does, so the server aborts the client connection:
+// a cut JSON body must not look complete.
 //
 // The client's credentials (Authorization, Api-Key, cookies) and its
 // OpenAI-Organization and OpenAI-Project never reach the backend;
@@ -94,6 +104,7 @@ func New(o Options) (*Proxy, error) {
 // never reach the client.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL, authorization string, body []byte) error {
 	var attemptErr error
+	var stream *streamBody
 	rp := httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -128,6 +139,10 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 					res.Header.Del(k)
 				}
 			}
+			if res.StatusCode/100 == 2 && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+				stream = newStreamBody(res.Body, p.idle)
+				res.Body = stream
+			}
 			return nil
 		},
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
@@ -136,6 +151,16 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 	}
 	rp.ServeHTTP(w, r)
 	if attemptErr == nil {
+		if stream != nil {
+			if cut := stream.cut(); cut != nil {
+				if err := r.Context().Err(); err != nil {
+					// The client left before [DONE]; one that left after it
+					// got the whole answer.
+					return &AttemptError{Outcome: ClientGone, Err: err}
+				}
+				return cut
+			}
+		}
 		return nil
 	}
 	return &AttemptError{Outcome: classify(r.Context(), attemptErr), Err: attemptErr}

@@ -1,0 +1,125 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// StreamCutError is an event stream that was relayed in part and then
+// broke: the backend failed mid-stream, stalled longer than the idle
+// timeout, or ended without "data: [DONE]". Forward has relayed every byte
+// the backend sent; the caller ends the client's stream with an error event.
+type StreamCutError struct {
+	// Stalled is true when the backend sent nothing for the idle timeout.
+	Stalled bool
+	Err     error
+}
+
+func (e *StreamCutError) Error() string { return "stream cut: " + e.Err.Error() }
+func (e *StreamCutError) Unwrap() error { return e.Err }
+
+// errNoDone is a stream that ended cleanly without its [DONE] event.
+var errNoDone = errors.New("the stream ended without [DONE]")
+
+// errStalled is the idle timeout's error.
+var errStalled = errors.New("no data from the backend within the idle timeout")
+
+// streamBody wraps an event stream's upstream body: it ends the copy with
+// io.EOF instead of an error (so the response stays open for an error
+// event), closes the body when no data arrives for idle, and remembers
+// whether the stream ended with [DONE].
+type streamBody struct {
+	rc    io.ReadCloser
+	idle  time.Duration
+	timer *time.Timer
+
+	mu      sync.Mutex
+	err     error
+	stalled bool
+	tail    [16]byte // the stream's last bytes
+	n       int      // bytes in tail
+}
+
+func newStreamBody(rc io.ReadCloser, idle time.Duration) *streamBody {
+	s := &streamBody{rc: rc, idle: idle}
+	if idle > 0 {
+		s.timer = time.AfterFunc(idle, s.stall)
+	}
+	return s
+}
+
+func (s *streamBody) stall() {
+	s.mu.Lock()
+	s.stalled = true
+	s.mu.Unlock()
+	_ = s.rc.Close() // unblocks the pending Read with an error
+}
+
+func (s *streamBody) Read(p []byte) (int, error) {
+	n, err := s.rc.Read(p)
+	if n > 0 {
+		if s.timer != nil {
+			s.timer.Reset(s.idle)
+		}
+		s.keepTail(p[:n])
+	}
+	if err != nil && err != io.EOF {
+		s.mu.Lock()
+		if s.stalled {
+			err = errStalled
+		}
+		s.err = err
+		s.mu.Unlock()
+		return n, io.EOF
+	}
+	return n, err
+}
+
+func (s *streamBody) keepTail(b []byte) {
+	if len(b) >= len(s.tail) {
+		s.n = copy(s.tail[:], b[len(b)-len(s.tail):])
+		return
+	}
+	keep := min(s.n, len(s.tail)-len(b))
+	copy(s.tail[:], s.tail[s.n-keep:s.n])
+	s.n = keep + copy(s.tail[keep:], b)
+}
+
+func (s *streamBody) Close() error {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	return s.rc.Close()
+}
+
+// cut reports how the stream ended: nil when it ended with [DONE].
+func (s *streamBody) cut() *StreamCutError {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return &StreamCutError{Stalled: s.stalled, Err: s.err}
+	}
+	if !bytes.HasSuffix(bytes.TrimRight(s.tail[:s.n], "\r\n"), []byte("[DONE]")) {
+		return &StreamCutError{Err: errNoDone}
+	}
+	return nil
+}
+
+// ErrorEvent is the server-sent event that ends a cut stream, in the shape
+// OpenAI's SDKs read as a stream error.
+func ErrorEvent(e *StreamCutError) []byte {
+	msg, code := "The backend failed in the middle of the answer.", "upstream_error"
+	if e.Stalled {
+		msg, code = "The backend stopped sending in the middle of the answer.", "upstream_timeout"
+	} else if errors.Is(e.Err, errNoDone) {
+		msg = "The backend ended the answer early."
+	}
+	return fmt.Appendf(nil, "data: {\"error\":{\"message\":%q,\"type\":\"server_error\",\"param\":null,\"code\":%q}}\n\n", msg, code)
+}
