@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-llm/sluice/cmd/sluice-bench/report"
 	"github.com/sluice-llm/sluice/gpuworker/fleet"
 	"github.com/sluice-llm/sluice/gpuworker/workload"
+	"github.com/sluice-llm/sluice/policies/admission"
 )
 
 // Defaults of the synthetic workload.
@@ -29,6 +30,8 @@ const (
 // loadFlags holds the parsed flags of "sluice-bench load".
 type loadFlags struct {
 	shapeFlags
+	classFlags
+	apiKeys            string
 	target, model      string
 	apiKey             string
 	rate               float64
@@ -75,6 +78,11 @@ trace rescaled) so the offered load is L times that capacity, in simulated
 time when --time-scale is set. Think times of a multi-turn workload do not
 change with the rate.
 
+--mix sends each request with a service_tier drawn in the given shares, and
+--tenants with --api-keys each tenant's requests with its key; the report is
+then split by class (with the requests shed for saturation: 503, or 429
+resource_unavailable) and by tenant.
+
 Flags:
 `)
 		fs.PrintDefaults()
@@ -97,7 +105,9 @@ Flags:
 	fs.StringVar(&f.fleet, "fleet", "", "fleet `spec` behind the target, e.g. 4xh100-llama3-8b; with --load, sets the rate from its estimated capacity")
 	fs.Float64Var(&f.load, "load", 0, "offered load as a multiple of the --fleet capacity estimate, instead of --rate")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "compress arrivals this many times and report latencies and throughputs rescaled to simulated time; use against gpuworkers run with --speedup of the same value")
+	fs.StringVar(&f.apiKeys, "api-keys", "", "with --tenants, each tenant's API `keys`, e.g. heavy=sk-1,light=sk-2: its requests are sent with its key (a tenant not named uses --api-key)")
 	f.shapeFlags.register(fs)
+	f.classFlags.register(fs)
 	return fs
 }
 
@@ -127,6 +137,20 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RequestTimeout: f.timeout,
 		APIKey:         f.apiKey,
 	}
+	classes, tenantOf := f.classes(len(reqs), f.seed), f.tenantsOf(len(reqs), f.seed)
+	describeShares(stderr, reqs, classes, tenantOf)
+	if classes != nil {
+		opts.ServiceTiers = make([]string, len(classes))
+		for i, c := range classes {
+			opts.ServiceTiers[i] = c.String()
+		}
+	}
+	if keys, _ := f.tenantKeys(); keys != nil {
+		opts.APIKeys = make([]string, len(tenantOf))
+		for i, t := range tenantOf {
+			opts.APIKeys[i] = keys[t]
+		}
+	}
 	if !f.quiet {
 		opts.Progress = stderr
 	}
@@ -142,11 +166,9 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice-bench load: interrupted; reporting the %d requests sent\n", len(res.Samples))
 	}
 	rep := loadReport{Report: res.Report(), Goodput: report.Goodput(res.Samples, res.Elapsed, f.goodTTFT, f.goodTPOT)}
+	rep.split(res, classes, tenantOf, f.tenantNames(), f.goodTTFT, f.goodTPOT)
 	code := exitOK
-	if err := rep.WriteTable(stdout); err != nil {
-		fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
-		code = exitError
-	} else if _, err := fmt.Fprintf(stdout, "Goodput (req/s, TTFT<=%v and TPOT<=%v): %.2f\n", f.goodTTFT, f.goodTPOT, rep.Goodput); err != nil {
+	if err := rep.write(stdout, f.goodTTFT, f.goodTPOT, classes, f.tenantNames()); err != nil {
 		fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
 		code = exitError
 	}
@@ -162,10 +184,68 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// loadReport is the load report plus goodput, which needs the SLO flags.
+// loadReport is the load report plus goodput, which needs the SLO flags,
+// and its split by class (--mix) and tenant (--tenants).
 type loadReport struct {
 	report.Report
 	Goodput float64 `json:"goodput"`
+	// Classes splits the report by service class and Shed counts, per
+	// class, the requests the router refused for fleet saturation (status
+	// 503, or 429 resource_unavailable, flex's answer); Tenants splits it
+	// by tenant.
+	Classes map[string]classReport `json:"classes,omitempty"`
+	Shed    map[string]int         `json:"shed,omitempty"`
+	Tenants map[string]classReport `json:"tenants,omitempty"`
+}
+
+// split fills the report's split by class and tenant from the samples,
+// which follow the workload's order as classes and tenantOf do.
+func (r *loadReport) split(res loadgen.Result, classes []admission.Class, tenantOf, tenants []string, ttft, tpot time.Duration) {
+	if classes != nil {
+		order := classNames(classes)
+		r.Classes = splitReports(res.Samples, order, func(i int) string { return classes[i].String() }, res.Elapsed, ttft, tpot)
+		r.Shed = make(map[string]int, len(order))
+		for _, k := range order {
+			r.Shed[k] = 0
+		}
+		for i, s := range res.Samples {
+			if shedSample(s) {
+				r.Shed[classes[i].String()]++
+			}
+		}
+	}
+	if tenantOf != nil {
+		r.Tenants = splitReports(res.Samples, tenants, func(i int) string { return tenantOf[i] }, res.Elapsed, ttft, tpot)
+	}
+}
+
+// shedSample reports whether a request failed because the router shed it
+// for fleet saturation: 503, or 429 with code resource_unavailable (a
+// tenant's own limits answer 429 rate_limit_exceeded).
+func shedSample(s report.Sample) bool {
+	return strings.HasPrefix(s.Err, "status 503") ||
+		strings.HasPrefix(s.Err, "status 429") && strings.Contains(s.Err, "resource_unavailable")
+}
+
+// write prints the report table, the goodput line, then the split tables.
+func (r loadReport) write(w io.Writer, ttft, tpot time.Duration, classes []admission.Class, tenants []string) error {
+	if err := r.WriteTable(w); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "Goodput (req/s, TTFT<=%v and TPOT<=%v): %.2f\n", ttft, tpot, r.Goodput); err != nil {
+		return fmt.Errorf("write load report: %w", err)
+	}
+	if r.Classes != nil {
+		if err := writeSplit(w, "class", classNames(classes), r.Classes, r.Shed); err != nil {
+			return err
+		}
+	}
+	if r.Tenants != nil {
+		if err := writeSplit(w, "tenant", tenants, r.Tenants, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r loadReport) writeJSON(w io.Writer) error {
@@ -225,7 +305,40 @@ func (f *loadFlags) validate() error {
 	if err := f.shapeFlags.validate(f.trace == ""); err != nil {
 		errs = append(errs, err)
 	}
+	if err := f.classFlags.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := f.tenantKeys(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// tenantKeys parses --api-keys: NAME=KEY,... naming tenants of --tenants.
+func (f *loadFlags) tenantKeys() (map[string]string, error) {
+	if f.apiKeys == "" {
+		return nil, nil
+	}
+	if f.tenants == "" {
+		return nil, errors.New("--api-keys needs --tenants")
+	}
+	known := map[string]bool{}
+	for _, n := range f.tenantNames() {
+		known[n] = true
+	}
+	keys := map[string]string{}
+	for item := range strings.SplitSeq(f.apiKeys, ",") {
+		name, key, ok := strings.Cut(strings.TrimSpace(item), "=")
+		name, key = strings.TrimSpace(name), strings.TrimSpace(key)
+		switch {
+		case !ok || name == "" || key == "":
+			return nil, fmt.Errorf("--api-keys: %q: want TENANT=KEY", item)
+		case f.tenantShares != nil && !known[name]:
+			return nil, fmt.Errorf("--api-keys: %q is not a tenant of --tenants", name)
+		}
+		keys[name] = key
+	}
+	return keys, nil
 }
 
 // workload builds the requests to send and describes them on stderr.

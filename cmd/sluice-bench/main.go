@@ -53,6 +53,8 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return simulateCmd(ctx, args[1:], stdout, stderr)
 	case "summarize":
 		return summarizeCmd(args[1:], stdout, stderr)
+	case "sweep":
+		return sweepCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
@@ -75,6 +77,8 @@ Commands:
           and print the same report per policy
   summarize compare the default policy with the baselines, the reference and
           round_robin across "simulate --json" outputs
+  sweep   run simulate (or, with --target, load) at a range of offered loads and
+          write the latency-throughput curve per policy as a table, JSON and SVG
 
 Run "sluice-bench <command> -h" for the command's flags.
 `)

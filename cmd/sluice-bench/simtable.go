@@ -116,17 +116,57 @@ func (f *simFlags) scenario(spec fleet.Spec, capacity, offered float64, requests
 }
 
 // writeCompact prints the scenario header and one line per policy with the
-// columns policies are compared on.
-func writeCompact(w io.Writer, header string, rows []simResult) error {
+// columns policies are compared on, each followed by a line per class and
+// per tenant ("  class priority") when the report is split, and a shed
+// column with admission.
+func writeCompact(w io.Writer, header string, rows []simResult, order splitOrder) error {
 	if _, err := fmt.Fprintf(w, "\n== %s\n", header); err != nil {
 		return fmt.Errorf("write compact table: %w", err)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tok\tfailed\tTTFT p50 ms\tTTFT p99 ms\tTPOT p99 ms\tgoodput req/s\tE2E p99 ms\tprefix hit\tutil\tutil spread\t")
+	shed := false
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.1f\t%.2f\t%.0f\t%.4f\t%.3f\t%.3f\t\n",
+		shed = shed || r.Shed != nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "policy\tok\tfailed\tTTFT p50 ms\tTTFT p99 ms\tTPOT p99 ms\tgoodput req/s\tE2E p99 ms\tprefix hit\tutil\tutil spread\t"
+	if shed {
+		head += "shed\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.1f\t%.2f\t%.0f\t%.4f\t%.3f\t%.3f\t",
 			r.Policy, r.Completed, r.Failed, r.TTFT.P50, r.TTFT.P99, r.TPOT.P99, r.Goodput, r.E2EL.P99,
 			r.PrefixHitRatio, r.Utilization, r.UtilSpread)
+		if shed {
+			n := 0
+			for _, k := range r.Shed {
+				n += k
+			}
+			fmt.Fprintf(tw, "%d\t", n)
+		}
+		fmt.Fprintln(tw)
+		part := func(label string, p classReport, shedN string) {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.1f\t%.2f\t%.0f\t-\t-\t-\t",
+				label, p.Completed, p.Failed, p.TTFT.P50, p.TTFT.P99, p.TPOT.P99, p.Goodput, p.E2EL.P99)
+			if shed {
+				fmt.Fprintf(tw, "%s\t", shedN)
+			}
+			fmt.Fprintln(tw)
+		}
+		for _, k := range order.classes {
+			if p, ok := r.Classes[k]; ok {
+				n := "-"
+				if r.Shed != nil {
+					n = fmt.Sprint(r.Shed[k])
+				}
+				part("class "+k, p, n)
+			}
+		}
+		for _, k := range order.tenants {
+			if p, ok := r.Tenants[k]; ok {
+				part("tenant "+k, p, "-")
+			}
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write compact table: %w", err)

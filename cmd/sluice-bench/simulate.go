@@ -32,6 +32,8 @@ const (
 // simFlags holds the parsed flags of "sluice-bench simulate".
 type simFlags struct {
 	shapeFlags
+	classFlags
+	admissionFlags
 	fleet              string
 	trace, traceFormat string
 	synthetic          bool
@@ -63,6 +65,11 @@ comma-separated COUNTxPROFILE groups, e.g. 4xh100-llama3-8b,8xl4-llama3-8b
 --load rescales it; --synthetic generates the --workload kind (default
 poisson) at --load times the estimated capacity (default 0.8).
 
+--admission runs the policy rows through admission control (late binding
+from one queue ordered by service class, token-fair between tenants, then
+arrival); --mix gives requests service classes and --tenants tenants, and
+the report is then split by class (with the shed counts) and by tenant.
+
 Flags:
 `)
 		fs.PrintDefaults()
@@ -85,6 +92,8 @@ Flags:
 	fs.DurationVar(&f.oracleAging, "oracle-aging", 0, "order the reference's (--oracle) queue shortest job first with aging, by arrival + this per 1,000 prompt tokens, instead of first come, first served (0); e.g. 3s")
 	fs.BoolVar(&f.saturation, "saturation", false, "instead of comparing policies, measure the fleet's saturation throughput for the workload (the reference scheduler, Poisson arrivals, bisection) and print it beside the capacity estimate")
 	f.shapeFlags.register(fs)
+	f.classFlags.register(fs)
+	f.admissionFlags.register(fs)
 	return fs
 }
 
@@ -121,6 +130,12 @@ func (f *simFlags) validate() error {
 	if err := f.shapeFlags.validate(f.synthetic); err != nil {
 		errs = append(errs, err)
 	}
+	if err := f.classFlags.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := f.admissionFlags.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -137,6 +152,10 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	spec, err := fleet.ParseSpec(f.fleet)
 	if err != nil {
+		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+		return exitUsage
+	}
+	if err := f.admissionFlags.checkSpec(spec); err != nil {
 		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 		return exitUsage
 	}
@@ -205,13 +224,21 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	samples := make([]report.Sample, len(reqs))
 	weights := fleet.CapacityWeights(spec, reqs)
 	fmt.Fprintf(stderr, "sluice-bench simulate: endpoint weights (capacity-proportional, as an operator would write them):%s\n", groupWeights(spec, weights))
+	classes, tenantOf := f.classes(len(reqs), f.seed), f.tenantsOf(len(reqs), f.seed)
+	describeShares(stderr, reqs, classes, tenantOf)
+	adm := f.options(spec, reqs)
+	if adm != nil {
+		fmt.Fprintf(stderr, "sluice-bench simulate: admission (policy rows): %s\n", describeAdmission(spec, reqs, adm))
+	}
 	for _, pr := range rows {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "sluice-bench simulate: interrupted")
 			return exitInterrupted
 		}
-		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights, OracleAging: f.oracleAging / 1000}
+		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights, OracleAging: f.oracleAging / 1000,
+			Classes: classes, TenantOf: tenantOf}
 		if !opts.Oracle {
+			opts.Admission = adm
 			for replica := range f.routers {
 				p, err := newSeededPicker(reg, pr.name, pr.params, f.seed, replica)
 				if err != nil {
@@ -230,8 +257,9 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "sluice-bench simulate: %s: %d requests on %d workers in %.2fs wall\n",
 			pr.label, len(reqs), spec.Workers(), time.Since(start).Seconds())
 		row := summarizeSim(pr.label, spec, res, samples, f.goodTTFT, f.goodTPOT)
+		f.split(&row, res, samples, classes, opts.Admission != nil)
 		if f.table == tableFull {
-			if err := row.write(stdout, res, f.perWorker); err != nil {
+			if err := row.write(stdout, res, f.perWorker, f.splitOrder(classes)); err != nil {
 				fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 				return exitError
 			}
@@ -239,7 +267,7 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		out.Results = append(out.Results, row)
 	}
 	if f.table == tableCompact {
-		if err := writeCompact(stdout, out.Scenario, out.Results); err != nil {
+		if err := writeCompact(stdout, out.Scenario, out.Results, f.splitOrder(classes)); err != nil {
 			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 			return exitError
 		}
@@ -371,6 +399,15 @@ type simResult struct {
 	// within one fleet group: how unevenly a policy loads equal workers.
 	UtilSpread float64     `json:"utilization_spread"`
 	Groups     []groupStat `json:"groups"`
+	// Classes splits the report by service class (with --mix or
+	// --admission), Shed counts the requests admission shed per class
+	// (with --admission), and Tenants splits it by tenant (--tenants).
+	Classes map[string]classReport `json:"classes,omitempty"`
+	Shed    map[string]int         `json:"shed,omitempty"`
+	Tenants map[string]classReport `json:"tenants,omitempty"`
+	// Saturation is what each class got while requests waited (with
+	// --admission).
+	Saturation *saturationStat `json:"saturation,omitempty"`
 }
 
 // groupStat summarizes one fleet group's workers.
@@ -383,6 +420,10 @@ type groupStat struct {
 	UtilMax        float64 `json:"utilization_max"`
 	PrefixHitRatio float64 `json:"prefix_hit_ratio"`
 	Preemptions    int64   `json:"preemptions"`
+	// Budget is each worker's admission budget of requests in flight and
+	// PeakInFlight the most any of them had (with --admission).
+	Budget       int `json:"budget,omitempty"`
+	PeakInFlight int `json:"peak_in_flight,omitempty"`
 }
 
 // summarizeSim turns a fleet.Result into a report row. samples is scratch
@@ -414,6 +455,8 @@ func summarizeSim(name string, spec fleet.Spec, res *fleet.Result, samples []rep
 			gs.UtilMin = min(gs.UtilMin, ws.Utilization)
 			gs.UtilMax = max(gs.UtilMax, ws.Utilization)
 			gs.Preemptions += ws.Preemptions
+			gs.Budget = max(gs.Budget, ws.Budget)
+			gs.PeakInFlight = max(gs.PeakInFlight, ws.PeakInFlight)
 			q += ws.PrefixQueries
 			h += ws.PrefixHits
 			busy += ws.Utilization
@@ -435,8 +478,9 @@ func histDist(h *fleet.Histogram) report.Dist {
 	return report.Dist{Mean: ms(h.Mean()), P50: ms(h.Quantile(0.5)), P90: ms(h.Quantile(0.9)), P99: ms(h.Quantile(0.99))}
 }
 
-// write prints the row: a title, the load report table, then the extras.
-func (r simResult) write(w io.Writer, res *fleet.Result, perWorker bool) error {
+// write prints the row: a title, the load report table, then the extras
+// and the report split by class and tenant.
+func (r simResult) write(w io.Writer, res *fleet.Result, perWorker bool, order splitOrder) error {
 	if _, err := fmt.Fprintf(w, "\nPolicy: %s\n", r.Policy); err != nil {
 		return fmt.Errorf("write simulate table: %w", err)
 	}
@@ -465,6 +509,21 @@ func (r simResult) write(w io.Writer, res *fleet.Result, perWorker bool) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write simulate table: %w", err)
+	}
+	if r.Classes != nil {
+		if err := writeSplit(w, "class", order.classes, r.Classes, r.Shed); err != nil {
+			return err
+		}
+	}
+	if r.Tenants != nil {
+		if err := writeSplit(w, "tenant", order.tenants, r.Tenants, nil); err != nil {
+			return err
+		}
+	}
+	if r.Saturation != nil {
+		if err := r.Saturation.write(w, order.classes); err != nil {
+			return err
+		}
 	}
 	return nil
 }

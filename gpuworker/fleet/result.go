@@ -1,6 +1,10 @@
 package fleet
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-llm/sluice/policies/admission"
+)
 
 // Outcome is what one request of the workload experienced, in virtual time
 // measured from its arrival.
@@ -18,8 +22,15 @@ type Outcome struct {
 	TTFT, E2E time.Duration
 	// Held is the time from arrival until the request was handed to its
 	// worker: zero for routing policies, which bind on arrival; the time
-	// in the reference scheduler's queue for the oracle.
+	// in the reference scheduler's queue for the oracle, or in the
+	// admission queue with Options.Admission (until it was shed, for a
+	// shed request).
 	Held time.Duration
+	// Class is the request's service class (Options.Classes) and Tenant
+	// its tenant's name (Options.TenantOf or Options.Tenants; "" for
+	// none), so reports can split by them.
+	Class  admission.Class
+	Tenant string
 }
 
 // WorkerStats is one worker's share of a run.
@@ -38,6 +49,9 @@ type WorkerStats struct {
 	// and found in, the worker's prefix cache; requests without HashIDs are
 	// not counted.
 	PrefixQueries, PrefixHits int64
+	// Budget is the worker's admission budget of requests in flight and
+	// PeakInFlight the most it ever had; both zero without admission.
+	Budget, PeakInFlight int
 }
 
 // Result is what Run measured.
@@ -54,6 +68,13 @@ type Result struct {
 	// Tenants holds per-tenant statistics, in Options.Tenants order; nil
 	// without tenants.
 	Tenants []TenantStats
+	// ClassITL holds ITL per service class, indexed by class, when
+	// Options.Classes is set; TenantITL per tenant name when requests have
+	// named tenants. Nil otherwise.
+	ClassITL  []*Histogram
+	TenantITL map[string]*Histogram
+	// Admission holds what admission measured; nil without it.
+	Admission *AdmissionStats
 }
 
 // PrefixHitRatio is the fleet's token-weighted prefix-cache hit ratio: hits

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-llm/sluice/gpuworker"
 	"github.com/sluice-llm/sluice/gpuworker/workload"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
 )
 
 // ErrStalled is returned when an engine reports work but makes no progress,
@@ -61,6 +62,19 @@ type Options struct {
 	// limits on arrival, refused when they say so (Outcome.Err starts
 	// "rate limited: "), and settled with its real usage when it ends.
 	Tenants []Tenant
+	// Classes holds each request's service class (OpenAI's service_tier),
+	// in workload order; nil means admission.Default for every request.
+	// Admission orders and sheds by it; without Admission it only labels
+	// Outcome.Class.
+	Classes []admission.Class
+	// TenantOf names each request's tenant, in workload order, for
+	// admission's token-fair share and Outcome.Tenant. Nil means the
+	// tenant the limit stage deals (Tenants), else one unnamed tenant; it
+	// cannot be given with Tenants, which deals its own.
+	TenantOf []string
+	// Admission, when set, runs the admit stage (see Admission) after the
+	// limit stage; it needs Pickers, not Oracle.
+	Admission *Admission
 }
 
 // DefaultScrapeInterval is the live scraper's default period.
@@ -96,6 +110,7 @@ type sim struct {
 
 	oracle *oracle
 	limits *limits // nil without Options.Tenants
+	adm    *gate   // nil without Options.Admission
 	clock  int64   // virtual now, ns, for the limits
 
 	// Scraping: scrapeEvery is the period in ns (0 = off), nextScrape the
@@ -107,6 +122,14 @@ type sim struct {
 	version     []uint64
 	stored      []uint64
 	prefix      []uint64 // scratch for policies.Request.PrefixHashes
+
+	// Per-class and per-tenant inter-token latency, when requests have
+	// classes (Options.Classes) or named tenants; tenantOf indexes
+	// tenantNames per request (-1: none).
+	classITL    []*Histogram
+	tenantNames []string
+	tenantOf    []int32
+	tenantITL   []*Histogram
 }
 
 // Run simulates the fleet serving reqs (sorted by Arrival, as workload
@@ -132,6 +155,9 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 	}
 	if !opts.Oracle && len(opts.Pickers) == 0 {
 		return nil, errors.New("fleet: Options.Pickers is empty and Oracle is not set")
+	}
+	if err := checkRequestOptions(opts, len(reqs)); err != nil {
+		return nil, err
 	}
 	if opts.Model == "" {
 		opts.Model = "sim"
@@ -164,8 +190,9 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 			return nil, fmt.Errorf("fleet: request %d arrives before request %d; sort the workload", i, i-1)
 		}
 		s.arrival[i] = int64(r.Arrival)
-		s.out[i] = Outcome{Worker: -1, PromptTokens: r.PromptTokens}
+		s.out[i] = Outcome{Worker: -1, PromptTokens: r.PromptTokens, Class: admission.Default}
 	}
+	s.labelRequests()
 	if len(opts.Tenants) > 0 {
 		l, err := newLimits(opts.Tenants, len(reqs), &s.clock)
 		if err != nil {
@@ -194,6 +221,13 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 			s.index[ep] = w
 		}
 		s.eps = append(s.eps, row)
+	}
+	if opts.Admission != nil {
+		g, err := newGate(s, opts.Admission)
+		if err != nil {
+			return nil, err
+		}
+		s.adm = g
 	}
 	return s, nil
 }
@@ -226,6 +260,9 @@ func (s *sim) loop() error {
 	if s.oracle != nil && s.oracle.queued() > 0 {
 		return fmt.Errorf("%w: %d requests left in the oracle's queue", ErrStalled, s.oracle.queued())
 	}
+	if s.adm != nil && s.adm.waiting() > 0 {
+		return fmt.Errorf("%w: %d requests left in the admission queue", ErrStalled, s.adm.waiting())
+	}
 	return nil
 }
 
@@ -239,6 +276,10 @@ func (s *sim) arrive(id int) error {
 		if err != nil {
 			return err
 		}
+		if s.opts.TenantOf == nil {
+			s.out[id].Tenant = s.limits.tenants[s.limits.of[id]].Name
+			s.tenantOf[id] = int32(s.limits.of[id])
+		}
 		if refused != "" {
 			s.out[id].Err = refused
 			return nil
@@ -247,6 +288,23 @@ func (s *sim) arrive(id int) error {
 	if s.oracle != nil {
 		return s.oracle.arrive(id, now)
 	}
+	if s.adm != nil {
+		return s.adm.arrive(id, now)
+	}
+	replica := id % len(s.opts.Pickers)
+	w, err := s.pick(id, replica, s.eps[replica])
+	if err != nil || w < 0 {
+		return err
+	}
+	r := &s.reqs[id]
+	s.att[id] = s.eps[replica][w].Start(int64(r.PromptTokens), int64(r.PromptTokens+r.OutputTokens))
+	return s.submit(id, w, now)
+}
+
+// pick routes request id with replica's Picker over eps (that replica's
+// endpoints, or some of them) and returns the worker; -1 when the policy
+// found none, which is the request's outcome.
+func (s *sim) pick(id, replica int, eps []*backends.Endpoint) (int, error) {
 	r := &s.reqs[id]
 	s.preq.PromptTokens = r.PromptTokens
 	s.preq.MaxTokens = r.OutputTokens
@@ -259,18 +317,16 @@ func (s *sim) arrive(id int) error {
 	if r.Session != 0 {
 		s.preq.SessionKey = strconv.FormatUint(r.Session, 10) // allocates; the live router has a string already
 	}
-	replica := id % len(s.opts.Pickers)
-	ep, err := s.opts.Pickers[replica].Pick(s.ctx, &s.preq, s.eps[replica])
+	ep, err := s.opts.Pickers[replica].Pick(s.ctx, &s.preq, eps)
 	if err != nil {
 		s.out[id].Err = fmt.Sprintf("pick: %v", err)
-		return nil
+		return -1, nil
 	}
 	w, ok := s.index[ep]
 	if !ok || s.eps[replica][w] != ep {
-		return fmt.Errorf("fleet: policy returned an endpoint it was not given: %s", ep.Address())
+		return -1, fmt.Errorf("fleet: policy returned an endpoint it was not given: %s", ep.Address())
 	}
-	s.att[id] = ep.Start(int64(r.PromptTokens), int64(r.PromptTokens+r.OutputTokens))
-	return s.submit(id, w, now)
+	return w, nil
 }
 
 // submit hands request id to worker w at now, and starts the engine if it
@@ -316,6 +372,9 @@ func (s *sim) release(id int) {
 	if s.limits != nil {
 		s.limits.settle(id, s.reqs[id].PromptTokens, o.OutputTokens)
 	}
+	if s.adm != nil {
+		s.adm.release(id)
+	}
 	if s.eps == nil {
 		return
 	}
@@ -324,8 +383,9 @@ func (s *sim) release(id int) {
 		return
 	}
 	r := &s.reqs[id]
+	// The attempt began when the request was bound, after any wait.
 	out := backends.Outcome{Class: backends.ClassOK, Status: 200, PromptTokens: r.PromptTokens,
-		CompletionTokens: o.OutputTokens, UsageExact: true, TTFT: o.TTFT}
+		CompletionTokens: o.OutputTokens, UsageExact: true, TTFT: o.TTFT - o.Held}
 	if o.OutputTokens > 1 {
 		out.DecodeTokens, out.Decode = o.OutputTokens-1, o.E2E-o.TTFT
 	}
@@ -335,21 +395,31 @@ func (s *sim) release(id int) {
 // prefilled feeds request id's first token to its attempt, as the live
 // router does when the first byte of the answer arrives.
 func (s *sim) prefilled(id int) {
+	if s.adm != nil {
+		s.adm.prefilled(id)
+	}
 	if s.eps != nil {
-		s.att[id].FirstToken(s.out[id].TTFT)
+		s.att[id].FirstToken(s.out[id].TTFT - s.out[id].Held)
 	}
 }
 
 // step advances worker w to now, records its events and reschedules it.
-// With the oracle, the step that ended is completed first and the oracle
-// binds queued requests before the engine plans its next step.
+// With the oracle or admission, the step that ended is completed first
+// (freeing the finished requests' slots) and queued requests are bound
+// before the engine plans its next step, so they join it.
 func (s *sim) step(w int, now int64) error {
-	if s.oracle != nil {
+	if s.oracle != nil || s.adm != nil {
 		s.events = s.engines[w].Finish(epoch.Add(time.Duration(now)), s.events[:0])
 		for i := range s.events {
 			s.record(w, &s.events[i])
 		}
-		if err := s.oracle.plan(now, w); err != nil {
+		var err error
+		if s.oracle != nil {
+			err = s.oracle.plan(now, w)
+		} else {
+			err = s.adm.dispatch(now, w)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -395,7 +465,14 @@ func (s *sim) record(w int, ev *gpuworker.Event) {
 		s.lastTok[id] = t
 		s.prefilled(id)
 	case gpuworker.EventToken:
-		s.itl.Add(time.Duration(t - s.lastTok[id]))
+		gap := time.Duration(t - s.lastTok[id])
+		s.itl.Add(gap)
+		if s.classITL != nil {
+			s.classITL[o.Class].Add(gap)
+		}
+		if s.tenantITL != nil && s.tenantOf[id] >= 0 {
+			s.tenantITL[s.tenantOf[id]].Add(gap)
+		}
 		s.lastTok[id] = t
 	case gpuworker.EventFinished:
 		o.OK = true
@@ -421,6 +498,11 @@ func (s *sim) result() *Result {
 	if s.limits != nil {
 		res.Tenants = s.limits.stats
 	}
+	s.splitITL(res)
+	if s.adm != nil {
+		st := s.adm.stats
+		res.Admission = &st
+	}
 	for w, e := range s.engines {
 		l := e.Load()
 		ws := WorkerStats{
@@ -430,6 +512,9 @@ func (s *sim) result() *Result {
 			Preemptions: l.Preemptions,
 		}
 		ws.PrefixQueries, ws.PrefixHits = prefixStats(l)
+		if s.adm != nil {
+			ws.Budget, ws.PeakInFlight = s.adm.budget[w], s.adm.peak[w]
+		}
 		if elapsed > 0 {
 			ws.Utilization = float64(ws.Busy) / float64(elapsed)
 		}

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,6 +53,9 @@ type completionRequest struct {
 	// User names the request's conversation, so a router can keep a
 	// conversation on one worker; empty for requests without one.
 	User string `json:"user,omitempty"`
+	// ServiceTier is the request's service class, as OpenAI names it
+	// (priority, default, flex); empty omits the field.
+	ServiceTier string `json:"service_tier,omitempty"`
 }
 
 type streamOptions struct {
@@ -94,11 +98,21 @@ type sender struct {
 	authorization string
 }
 
-// send posts one completion with prompt, maxTokens and user (omitted when
-// empty), and returns its sample. A cancelled ctx gives a Cancelled sample.
-func (s *sender) send(ctx context.Context, prompt []int, maxTokens int, user string) report.Sample {
+// call is what varies between the requests one sender sends.
+type call struct {
+	prompt    []int
+	maxTokens int
+	// user and tier are the "user" and "service_tier" fields, omitted
+	// when empty; authorization overrides the sender's when not empty.
+	user, tier, authorization string
+}
+
+// send posts one completion and returns its sample. A cancelled ctx gives
+// a Cancelled sample.
+func (s *sender) send(ctx context.Context, c call) report.Sample {
+	prompt := c.prompt
 	sample := report.Sample{PromptTokens: len(prompt)}
-	body := completionRequest{Model: s.model, Prompt: prompt, MaxTokens: maxTokens, IgnoreEOS: true, User: user}
+	body := completionRequest{Model: s.model, Prompt: prompt, MaxTokens: c.maxTokens, IgnoreEOS: true, User: c.user, ServiceTier: c.tier}
 	if s.stream {
 		body.Stream = true
 		body.StreamOptions = &streamOptions{IncludeUsage: true}
@@ -114,8 +128,8 @@ func (s *sender) send(ctx context.Context, prompt []int, maxTokens int, user str
 		return sample
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if s.authorization != "" {
-		req.Header.Set("Authorization", s.authorization)
+	if auth := cmp.Or(c.authorization, s.authorization); auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	if s.stream {
 		req.Header.Set("Accept", "text/event-stream")

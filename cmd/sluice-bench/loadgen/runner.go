@@ -28,6 +28,13 @@ type Options struct {
 	Stream bool
 	// APIKey, when set, is sent as a bearer token (a Sluice tenant's key).
 	APIKey string
+	// APIKeys, when set, holds each request's API key, in workload order,
+	// overriding APIKey where not empty: one tenant's key per request.
+	APIKeys []string
+	// ServiceTiers, when set, holds each request's service_tier (OpenAI's
+	// priority, default or flex), in workload order; an empty one omits
+	// the field.
+	ServiceTiers []string
 	// Concurrency caps the requests in flight; a request due while the cap
 	// is reached waits for a slot. Zero means no cap.
 	Concurrency int
@@ -50,6 +57,7 @@ type Runner struct {
 	opts      Options
 	send      sender
 	ownClient bool
+	auth      map[string]string // Authorization header per key of APIKeys
 
 	sent, done, failed, inFlight atomic.Int64
 }
@@ -87,6 +95,14 @@ func New(opts Options) (*Runner, error) {
 	r.send = sender{client: opts.Client, url: u, model: opts.Model, stream: opts.Stream}
 	if opts.APIKey != "" {
 		r.send.authorization = "Bearer " + opts.APIKey
+	}
+	if opts.APIKeys != nil {
+		r.auth = make(map[string]string)
+		for _, k := range opts.APIKeys {
+			if k != "" {
+				r.auth[k] = "Bearer " + k
+			}
+		}
 	}
 	return r, nil
 }
@@ -133,7 +149,8 @@ func (res Result) Report() report.Report { return report.Summarize(res.Samples, 
 
 // Run sends reqs open-loop, each at its Arrival after Run starts, and
 // returns when every sent request has finished or ctx has ended. Runs of
-// one Runner must not overlap.
+// one Runner must not overlap. APIKeys and ServiceTiers are indexed like
+// reqs; a request past their end gets neither.
 func (r *Runner) Run(ctx context.Context, reqs []workload.Request) Result {
 	if r.ownClient {
 		defer r.opts.Client.CloseIdleConnections()
@@ -218,8 +235,14 @@ func (r *Runner) one(ctx context.Context, i int, req workload.Request) report.Sa
 		ctx, cancel = context.WithTimeout(ctx, r.opts.RequestTimeout)
 		defer cancel()
 	}
-	prompt := r.opts.Prompter.Tokens(nil, i, req)
-	s := r.send.send(ctx, prompt, req.OutputTokens, SessionUser(req.Session))
+	c := call{prompt: r.opts.Prompter.Tokens(nil, i, req), maxTokens: req.OutputTokens, user: SessionUser(req.Session)}
+	if i < len(r.opts.ServiceTiers) {
+		c.tier = r.opts.ServiceTiers[i]
+	}
+	if i < len(r.opts.APIKeys) {
+		c.authorization = r.auth[r.opts.APIKeys[i]]
+	}
+	s := r.send.send(ctx, c)
 	if s.Cancelled && ctx.Err() == context.DeadlineExceeded {
 		// The per-request timeout fired, not the run's end: that is a failure.
 		s.Cancelled = false

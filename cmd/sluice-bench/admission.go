@@ -1,0 +1,300 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-llm/sluice/cmd/sluice-bench/report"
+	"github.com/sluice-llm/sluice/gpuworker/fleet"
+	"github.com/sluice-llm/sluice/gpuworker/workload"
+	"github.com/sluice-llm/sluice/policies/admission"
+)
+
+// admissionFlags are simulate's flags of the admit stage.
+type admissionFlags struct {
+	admit    bool
+	maxWait  string
+	budget   string
+	queueMax int
+	prefill  float64
+	detour   time.Duration
+	kvMax    float64
+
+	waits      [admission.NumClasses]time.Duration // parsed --max-wait
+	budgetAll  int                                 // --budget N
+	budgetByPr map[string]int                      // --budget PROFILE=N,...
+}
+
+func (a *admissionFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&a.admit, "admission", false, "run the policy rows through admission control: each worker takes at most its budget of requests in flight, the rest wait in one queue (by service class, then token-fair between tenants, then arrival) and are bound to a worker only when it has room (late binding); a request that waits past its class's maximum, or that a full queue pushes out (flex first), is shed. The oracle row is unchanged")
+	fs.StringVar(&a.maxWait, "max-wait", "", "with --admission, each class's longest wait, e.g. priority=30s,flex=10m (defaults: priority 30s, default 2m, flex 10m; a negative duration means no limit)")
+	fs.StringVar(&a.budget, "budget", "", "with --admission, every worker's budget of requests in flight (`N`), or per profile (PROFILE=N,...); default: the batch a saturated worker runs for this workload, plus one step's prompts (fleet.DefaultBudgets)")
+	fs.Float64Var(&a.prefill, "prefill-steps", 0, "with --admission, a worker has room only while the prompt tokens bound to it and not yet prefilled are fewer than this many of its steps' token budgets (default 1, as the reference binds; negative = no such bound, the budget alone)")
+	fs.DurationVar(&a.detour, "max-detour", 0, "with --admission, a worker takes the next request only if the request's estimated time to first token there is within this of its best estimate on any worker; otherwise the request waits for one that suits it and later ones may go ahead (default 1s; negative = off)")
+	fs.Float64Var(&a.kvMax, "kv-max", 0, "with --admission, the scraped KV-cache use (0..1) at which a busy worker takes no more requests (default 0.95; negative = off)")
+	fs.IntVar(&a.queueMax, "queue-max", 0, "with --admission, the most requests that may wait; a full queue sheds flex first (default 100000)")
+}
+
+// validate parses --max-wait and --budget.
+func (a *admissionFlags) validate() error {
+	var errs []error
+	if !a.admit && (a.maxWait != "" || a.budget != "" || a.queueMax != 0) {
+		errs = append(errs, errors.New("--max-wait, --budget and --queue-max need --admission"))
+	}
+	if a.queueMax < 0 {
+		errs = append(errs, errors.New("--queue-max must not be negative"))
+	}
+	if a.maxWait != "" {
+		for item := range strings.SplitSeq(a.maxWait, ",") {
+			name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+			c, known := admission.ParseClass(strings.TrimSpace(name))
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			switch {
+			case !ok || !known:
+				errs = append(errs, fmt.Errorf("--max-wait %q: want CLASS=DURATION with class priority, default or flex", item))
+			case err != nil || d == 0:
+				errs = append(errs, fmt.Errorf("--max-wait %q: want a non-zero duration", item))
+			default:
+				a.waits[c] = d
+			}
+		}
+	}
+	if a.budget != "" {
+		if n, err := strconv.Atoi(strings.TrimSpace(a.budget)); err == nil {
+			if n < 1 {
+				errs = append(errs, errors.New("--budget must be at least 1"))
+			}
+			a.budgetAll = n
+		} else {
+			a.budgetByPr = map[string]int{}
+			for item := range strings.SplitSeq(a.budget, ",") {
+				name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+				n, err := strconv.Atoi(strings.TrimSpace(v))
+				if !ok || err != nil || n < 1 {
+					errs = append(errs, fmt.Errorf("--budget %q: want N or PROFILE=N with N at least 1", item))
+					continue
+				}
+				a.budgetByPr[strings.TrimSpace(name)] = n
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkSpec checks that --budget names only profiles of the fleet.
+func (a *admissionFlags) checkSpec(spec fleet.Spec) error {
+	for name := range a.budgetByPr {
+		found := false
+		for _, g := range spec {
+			found = found || g.Profile.Name == name
+		}
+		if !found {
+			return fmt.Errorf("--budget: the fleet has no profile %q", name)
+		}
+	}
+	return nil
+}
+
+// options returns the admit stage's options, or nil without --admission.
+func (a *admissionFlags) options(spec fleet.Spec, reqs []workload.Request) *fleet.Admission {
+	if !a.admit {
+		return nil
+	}
+	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, MaxDetour: a.detour, KVMax: a.kvMax}
+	if a.budgetAll > 0 || a.budgetByPr != nil {
+		for _, g := range spec {
+			n := a.budgetAll
+			if a.budgetByPr != nil {
+				n = a.budgetByPr[g.Profile.Name] // 0: the default
+			}
+			for range g.Count {
+				opts.Budget = append(opts.Budget, n)
+			}
+		}
+	}
+	return opts
+}
+
+// describeAdmission says what the admit stage runs with: the budget per
+// fleet group, each class's longest wait and the queue's bound.
+func describeAdmission(spec fleet.Spec, reqs []workload.Request, a *fleet.Admission) string {
+	budgets := fleet.DefaultBudgets(spec, reqs)
+	for w, n := range a.Budget {
+		if n >= 1 {
+			budgets[w] = n
+		}
+	}
+	var b strings.Builder
+	b.WriteString("budget of requests in flight")
+	w := 0
+	for i, g := range spec {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " %s %d", g.Profile.Name, budgets[w])
+		w += g.Count
+	}
+	b.WriteString("; max wait")
+	for c := range admission.NumClasses {
+		d := a.MaxWait[c]
+		if d == 0 {
+			d = fleet.DefaultMaxWait[c]
+		}
+		s := d.String()
+		if d < 0 {
+			s = "none"
+		}
+		if c > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " %s %s", c, s)
+	}
+	q := a.QueueMax
+	if q == 0 {
+		q = fleet.DefaultQueueMax
+	}
+	fmt.Fprintf(&b, "; queue max %d", q)
+	return b.String()
+}
+
+// describeShares prints the share of requests and of tokens each class and
+// tenant drew.
+func describeShares(w io.Writer, reqs []workload.Request, classes []admission.Class, tenants []string) {
+	line := func(what string, keyOf func(i int) string, order []string) {
+		reqN, tok := map[string]int{}, map[string]int64{}
+		var total int64
+		for i, r := range reqs {
+			k := keyOf(i)
+			reqN[k]++
+			t := int64(r.PromptTokens + r.OutputTokens)
+			tok[k] += t
+			total += t
+		}
+		var b strings.Builder
+		for _, k := range order {
+			fmt.Fprintf(&b, " %s %d requests (%.3f of tokens)", k, reqN[k], float64(tok[k])/float64(max(total, 1)))
+		}
+		fmt.Fprintf(w, "sluice-bench: %s:%s\n", what, b.String())
+	}
+	if classes != nil {
+		line("classes", func(i int) string { return classes[i].String() }, classNames(classes))
+	}
+	if tenants != nil {
+		seen := map[string]bool{}
+		var order []string
+		for _, t := range tenants {
+			if !seen[t] {
+				seen[t] = true
+				order = append(order, t)
+			}
+		}
+		line("tenants", func(i int) string { return tenants[i] }, order)
+	}
+}
+
+// splitOrder is the order of a split report's rows.
+type splitOrder struct {
+	classes, tenants []string
+}
+
+// splitOrder lists the classes present (default alone without --mix) when
+// the report is split by class, and the tenants in --tenants order.
+func (f *simFlags) splitOrder(classes []admission.Class) splitOrder {
+	var o splitOrder
+	if f.mix != "" || f.admit {
+		o.classes = []string{admission.Default.String()}
+		if classes != nil {
+			o.classes = classNames(classes)
+		}
+	}
+	o.tenants = f.tenantNames()
+	return o
+}
+
+// split adds the report split by class (with --mix or --admission), the
+// shed counts (when the row ran admission) and the split by tenant
+// (--tenants) to row. samples holds the row's samples (summarizeSim);
+// each part's ITL comes from the simulator's histograms.
+func (f *simFlags) split(row *simResult, res *fleet.Result, samples []report.Sample, classes []admission.Class, admitted bool) {
+	order := f.splitOrder(classes)
+	outs := res.Requests
+	if order.classes != nil {
+		row.Classes = splitReports(samples, order.classes, func(i int) string { return outs[i].Class.String() },
+			res.Elapsed, f.goodTTFT, f.goodTPOT)
+		for k, p := range row.Classes {
+			if c, ok := admission.ParseClass(k); ok && res.ClassITL != nil {
+				p.ITL = histDist(res.ClassITL[c])
+			} else {
+				p.ITL = row.ITL // one class: the whole run's
+			}
+			row.Classes[k] = p
+		}
+	}
+	if admitted {
+		row.Shed = make(map[string]int, len(order.classes))
+		for _, k := range order.classes {
+			row.Shed[k] = 0
+		}
+		for i := range outs {
+			if outs[i].Shed() {
+				row.Shed[outs[i].Class.String()]++
+			}
+		}
+	}
+	if st := res.Admission; st != nil {
+		sat := &saturationStat{SaturatedS: st.Saturated.Seconds(), Classes: map[string]boundRate{}}
+		for _, k := range order.classes {
+			c, _ := admission.ParseClass(k)
+			var r boundRate
+			if sat.SaturatedS > 0 {
+				r = boundRate{float64(st.Waited[c]) / sat.SaturatedS, float64(st.WaitedTokens[c]) / sat.SaturatedS}
+			}
+			sat.Classes[k] = r
+		}
+		row.Saturation = sat
+	}
+	if order.tenants != nil {
+		row.Tenants = splitReports(samples, order.tenants, func(i int) string { return outs[i].Tenant },
+			res.Elapsed, f.goodTTFT, f.goodTPOT)
+		for k, p := range row.Tenants {
+			if h := res.TenantITL[k]; h != nil {
+				p.ITL = histDist(h)
+				row.Tenants[k] = p
+			}
+		}
+	}
+}
+
+// saturationStat is what each class got while the fleet was saturated
+// (some request waited in the admission queue): the requests bound after
+// waiting, and their prompt and output tokens, per second of that time.
+// Set against the fleet's capacity estimate less the better classes' rate,
+// it says how much of the spare capacity a class took.
+type saturationStat struct {
+	SaturatedS float64              `json:"saturated_s"`
+	Classes    map[string]boundRate `json:"classes"`
+}
+
+// boundRate is one class's rate while saturated.
+type boundRate struct {
+	RequestsPerS float64 `json:"requests_per_s"`
+	TokensPerS   float64 `json:"tokens_per_s"`
+}
+
+func (s *saturationStat) write(w io.Writer, order []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Saturated (requests waiting) for %.1f s; bound after waiting, per second of it:", s.SaturatedS)
+	for _, k := range order {
+		r := s.Classes[k]
+		fmt.Fprintf(&b, " %s %.2f req/s (%.0f tok/s);", k, r.RequestsPerS, r.TokensPerS)
+	}
+	if _, err := fmt.Fprintln(w, strings.TrimSuffix(b.String(), ";")); err != nil {
+		return fmt.Errorf("write saturation: %w", err)
+	}
+	return nil
+}

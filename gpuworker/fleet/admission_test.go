@@ -1,0 +1,468 @@
+package fleet
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/gpuworker/workload"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
+	"github.com/sluice-llm/sluice/policies/leastrequest"
+	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/policies/roundrobin"
+	"github.com/sluice-llm/sluice/policies/scored"
+)
+
+// classMix draws n classes, share of them priority and the rest flex.
+func classMix(n int, share float64, seed uint64) []admission.Class {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	out := make([]admission.Class, n)
+	for i := range out {
+		out[i] = admission.Flex
+		if rng.Float64() < share {
+			out[i] = admission.Priority
+		}
+	}
+	return out
+}
+
+func byClass(res *Result, c admission.Class, f func(o *Outcome) bool) int {
+	n := 0
+	for i := range res.Requests {
+		if o := &res.Requests[i]; o.Class == c && f(o) {
+			n++
+		}
+	}
+	return n
+}
+
+// quantile is the q-quantile (nearest rank) of the durations f picks from
+// the outcomes of class c that completed.
+func quantile(res *Result, c admission.Class, q float64, f func(o *Outcome) time.Duration) time.Duration {
+	var ds []time.Duration
+	for i := range res.Requests {
+		if o := &res.Requests[i]; o.OK && o.Class == c {
+			ds = append(ds, f(o))
+		}
+	}
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[int(q*float64(len(ds)-1))]
+}
+
+func ttft(o *Outcome) time.Duration { return o.TTFT }
+func held(o *Outcome) time.Duration { return o.Held }
+
+// Every request ends exactly one way: served, shed by admission, or refused
+// by its tenant's limits; engines and endpoints drain, and limits are
+// settled for all of them.
+func TestAdmissionConservation(t *testing.T) {
+	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")
+	reqs := synthetic(t, spec, 2000, 1.8, 21)
+	opts := Options{
+		Spec: spec, Pickers: pickers(t, leastrequest.New, 2),
+		Classes: classMix(len(reqs), 0.3, 1),
+		Tenants: []Tenant{
+			{Name: "limited", Share: 1, Limits: quota.Limits{RequestsPerMinute: 600, RequestBurst: 20}},
+			{Name: "open", Share: 3},
+		},
+		Admission: &Admission{MaxWait: [admission.NumClasses]time.Duration{admission.Flex: 500 * time.Millisecond}},
+	}
+	s, err := newSim(opts, reqs)
+	require.NoError(t, err)
+	require.NoError(t, s.loop())
+	res := s.result()
+
+	var served, shed, limited int
+	var tokens int64
+	for i, o := range res.Requests {
+		switch {
+		case o.OK:
+			served++
+			assert.Equal(t, reqs[i].OutputTokens, o.OutputTokens, "request %d", i)
+			assert.GreaterOrEqual(t, o.TTFT, o.Held, "request %d", i)
+			tokens += int64(o.OutputTokens)
+		case o.Shed():
+			shed++
+			assert.True(t, strings.HasPrefix(o.Err, "shed: "+o.Class.String()+": "), o.Err)
+			assert.Equal(t, -1, o.Worker, "a shed request never reached a worker")
+		case strings.HasPrefix(o.Err, errLimited):
+			limited++
+			assert.Zero(t, o.Held)
+		default:
+			t.Fatalf("request %d ended otherwise: %q", i, o.Err)
+		}
+		assert.NotEmpty(t, o.Tenant, "request %d", i)
+	}
+	t.Logf("served %d, shed %d, limited %d", served, shed, limited)
+	assert.Equal(t, len(reqs), served+shed+limited)
+	assert.Positive(t, shed)
+	assert.Positive(t, limited)
+	for w, e := range s.engines {
+		l := e.Load()
+		assert.Zero(t, l.Running+l.Waiting, "worker %d drained", w)
+		assert.Zero(t, s.adm.inFlight[w], "worker %d: every slot freed", w)
+		assert.Zero(t, s.adm.pending[w], "worker %d: every prompt prefilled", w)
+	}
+	for _, row := range s.eps {
+		for _, ep := range row {
+			assert.Zero(t, ep.InFlight(), "every attempt finished")
+		}
+	}
+	var settled int64
+	for _, st := range res.Tenants {
+		settled += st.OutputTokens
+	}
+	assert.Equal(t, tokens, settled, "limits settled with what was served")
+	assert.Zero(t, s.adm.waiting())
+}
+
+// budgetChecker is a Picker that checks, at every pick, that no endpoint
+// is above its worker's budget and that every candidate has room.
+type budgetChecker struct {
+	t      *testing.T
+	inner  policies.Picker
+	budget map[*backends.Endpoint]int
+	all    []*backends.Endpoint
+	picks  int
+}
+
+func (b *budgetChecker) Pick(ctx context.Context, r *policies.Request, eps []*backends.Endpoint) (*backends.Endpoint, error) {
+	b.picks++
+	for _, ep := range b.all {
+		if ep.InFlight() > int64(b.budget[ep]) {
+			b.t.Errorf("%s has %d in flight, budget %d", ep.Address(), ep.InFlight(), b.budget[ep])
+		}
+	}
+	for _, ep := range eps {
+		if ep.InFlight() >= int64(b.budget[ep]) {
+			b.t.Errorf("%s offered with %d in flight, budget %d", ep.Address(), ep.InFlight(), b.budget[ep])
+		}
+	}
+	return b.inner.Pick(ctx, r, eps)
+}
+
+// No worker ever holds more requests than its budget, counted by the
+// endpoints' own in-flight counts, at every pick and at its peak.
+func TestAdmissionBudget(t *testing.T) {
+	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")
+	reqs := synthetic(t, spec, 1500, 1.5, 22)
+	budget := []int{6, 5, 2, 3}
+	inner, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	check := &budgetChecker{t: t, inner: inner, budget: map[*backends.Endpoint]int{}}
+	noLimit := [admission.NumClasses]time.Duration{-1, -1, -1}
+	s, err := newSim(Options{Spec: spec, Pickers: []policies.Picker{check}, Admission: &Admission{Budget: budget, MaxWait: noLimit}}, reqs)
+	require.NoError(t, err)
+	check.all = s.eps[0]
+	for w, ep := range s.eps[0] {
+		check.budget[ep] = budget[w]
+	}
+	require.NoError(t, s.loop())
+	res := s.result()
+	assert.Equal(t, len(reqs), check.picks)
+	for w, ws := range res.Workers {
+		assert.Equal(t, budget[w], ws.Budget)
+		assert.LessOrEqual(t, ws.PeakInFlight, budget[w], "worker %d", w)
+		assert.Positive(t, ws.PeakInFlight)
+	}
+	for i, o := range res.Requests {
+		require.True(t, o.OK, "request %d: %s", i, o.Err)
+	}
+}
+
+// A freed slot is taken at that virtual time, and the request it takes
+// joins the engine's very next step: behind a one-request budget, the
+// second request is bound the instant the first finishes and its first
+// token comes one prefill later.
+func TestAdmissionBindsWhenTheSlotFrees(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b")
+	reqs := []workload.Request{
+		{Arrival: 0, PromptTokens: 1000, OutputTokens: 20},
+		{Arrival: time.Millisecond, PromptTokens: 3000, OutputTokens: 5},
+	}
+	res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), Admission: &Admission{Budget: []int{1}}}, reqs)
+	require.NoError(t, err)
+	a, b := res.Requests[0], res.Requests[1]
+	require.True(t, a.OK && b.OK)
+	assert.Zero(t, a.Held)
+	assert.Equal(t, a.E2E-time.Millisecond, b.Held, "bound when the first finished")
+	p := spec.Profiles()[0]
+	assert.Equal(t, p.PrefillTime(3000, 0), b.TTFT-b.Held, "prefilled in the next step, alone")
+}
+
+// The prefill bound: a worker with a step's worth of prompts bound and not
+// yet prefilled takes no more until they are, so a burst waits in the
+// queue, not in the engine.
+func TestAdmissionPrefillBound(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b")
+	var reqs []workload.Request
+	for range 20 {
+		reqs = append(reqs, workload.Request{PromptTokens: 4000, OutputTokens: 4})
+	}
+	res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), Admission: &Admission{}}, reqs)
+	require.NoError(t, err)
+	step := spec.Profiles()[0].MaxBatchedTokens
+	p := spec.Profiles()[0]
+	for i, o := range res.Requests {
+		require.True(t, o.OK, o.Err)
+		// Bound behind less than one step's budget of other prompts, it
+		// starts within about two steps of being bound.
+		assert.Less(t, o.TTFT-o.Held, 3*p.PrefillTime(step, 0), "request %d", i)
+	}
+	assert.Positive(t, res.Requests[len(reqs)-1].Held)
+}
+
+// Under overload priority waits less than flex: it goes first in the queue.
+func TestAdmissionPriorityWaitsLess(t *testing.T) {
+	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")
+	reqs := synthetic(t, spec, 3000, 1.3, 23)
+	res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1),
+		Classes: classMix(len(reqs), 0.3, 2), Admission: &Admission{}}, reqs)
+	require.NoError(t, err)
+	for _, q := range []float64{0.5, 0.99} {
+		prio, flex := quantile(res, admission.Priority, q, held), quantile(res, admission.Flex, q, held)
+		t.Logf("held q%.2f: priority %v, flex %v", q, prio, flex)
+		assert.Less(t, prio*5, flex, "q%.2f", q)
+		assert.Less(t, quantile(res, admission.Priority, q, ttft), quantile(res, admission.Flex, q, ttft))
+	}
+	assert.Less(t, quantile(res, admission.Priority, 0.99, ttft), 2*time.Second)
+}
+
+// With priority 30% of a load of 1.3x capacity, what is shed is flex,
+// never priority: by its maximum wait, and by a full queue.
+func TestAdmissionShedsOnlyFlex(t *testing.T) {
+	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")
+	reqs := synthetic(t, spec, 3000, 1.3, 24)
+	classes := classMix(len(reqs), 0.3, 3)
+	tests := []struct {
+		name string
+		adm  Admission
+	}{
+		{"max wait", Admission{MaxWait: [admission.NumClasses]time.Duration{admission.Flex: 5 * time.Second}}},
+		{"queue full", Admission{QueueMax: 40}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1), Classes: classes, Admission: &tt.adm}, reqs)
+			require.NoError(t, err)
+			shed := func(o *Outcome) bool { return o.Shed() }
+			t.Logf("shed: priority %d, flex %d", byClass(res, admission.Priority, shed), byClass(res, admission.Flex, shed))
+			assert.Zero(t, byClass(res, admission.Priority, shed))
+			assert.Positive(t, byClass(res, admission.Flex, shed))
+			assert.Equal(t, byClass(res, admission.Priority, func(*Outcome) bool { return true }),
+				byClass(res, admission.Priority, func(o *Outcome) bool { return o.OK }), "every priority request served")
+		})
+	}
+}
+
+// A request shed for waiting too long waited exactly its class's maximum.
+func TestAdmissionMaxWaitIsExact(t *testing.T) {
+	spec := mustSpec(t, "1xl4-llama3-8b")
+	reqs := []workload.Request{
+		{Arrival: 0, PromptTokens: 2000, OutputTokens: 400},
+		{Arrival: time.Millisecond, PromptTokens: 100, OutputTokens: 4},
+	}
+	wait := 200 * time.Millisecond
+	res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), Classes: []admission.Class{admission.Default, admission.Flex},
+		Admission: &Admission{Budget: []int{1}, MaxWait: [admission.NumClasses]time.Duration{admission.Flex: wait}}}, reqs)
+	require.NoError(t, err)
+	assert.True(t, res.Requests[0].OK)
+	o := res.Requests[1]
+	assert.Equal(t, "shed: flex: waited 200ms", o.Err)
+	assert.Equal(t, wait, o.Held)
+}
+
+// Two tenants of one tier at 1.3x capacity, one sending ten times the
+// other's tokens: while both wait, the queue serves them equal tokens (equal
+// weights). The light tenant sends in bursts of 40 requests, so that it
+// waits long enough to compete: a tenant that asks for less than its share
+// never waits for more than the next free slot.
+func TestAdmissionSharesTokensBetweenTenants(t *testing.T) {
+	spec := mustSpec(t, "2xh100-llama3-8b")
+	reqs := synthetic(t, spec, 6000, 1.3, 25)
+	const burst = 40
+	tenants := make([]string, len(reqs))
+	var sent [2]int64
+	for i := range reqs {
+		k := 0
+		tenants[i] = "heavy"
+		if block := i / burst; block%11 == 5 {
+			k = 1
+			tenants[i] = "light"
+			reqs[i].Arrival = reqs[block*burst].Arrival
+		}
+		sent[k] += int64(reqs[i].PromptTokens + reqs[i].OutputTokens)
+	}
+	t.Logf("tokens sent: heavy/light %.2f", float64(sent[0])/float64(sent[1]))
+	assert.InDelta(t, 10, float64(sent[0])/float64(sent[1]), 1)
+	res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1), TenantOf: tenants, Admission: &Admission{}}, reqs)
+	require.NoError(t, err)
+
+	// A request waits from its arrival until bound (arrival + Held). At
+	// each binding of a request that waited, count its tokens if a request
+	// of the other tenant was waiting then too.
+	type span struct{ from, to time.Duration }
+	var waits [2][]span
+	idx := func(name string) int {
+		if name == "light" {
+			return 1
+		}
+		return 0
+	}
+	for i, o := range res.Requests {
+		require.True(t, o.OK, o.Err)
+		if o.Held > 0 {
+			waits[idx(o.Tenant)] = append(waits[idx(o.Tenant)], span{reqs[i].Arrival, reqs[i].Arrival + o.Held})
+		}
+	}
+	waitingAt := func(k int, at time.Duration) bool {
+		for _, s := range waits[k] {
+			if s.from <= at && at < s.to {
+				return true
+			}
+		}
+		return false
+	}
+	var served [2]int64
+	var binds [2]int
+	for i, o := range res.Requests {
+		if o.Held == 0 {
+			continue
+		}
+		k := idx(o.Tenant)
+		if waitingAt(1-k, reqs[i].Arrival+o.Held) {
+			served[k] += int64(o.PromptTokens + o.OutputTokens)
+			binds[k]++
+		}
+	}
+	t.Logf("while both waited: heavy %d tokens (%d requests), light %d tokens (%d requests)", served[0], binds[0], served[1], binds[1])
+	assert.Greater(t, binds[1], 200, "enough contested bindings to judge")
+	assert.InDelta(t, 1.0, float64(served[0])/float64(served[1]), 0.1, "equal weights: equal tokens while both wait")
+}
+
+// The same options give the same run.
+func TestAdmissionDeterministic(t *testing.T) {
+	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")
+	reqs := synthetic(t, spec, 1500, 1.2, 26)
+	classes := classMix(len(reqs), 0.3, 5)
+	run := func() *Result {
+		p, err := scored.New(map[string]any{"seed": uint64(9)})
+		require.NoError(t, err)
+		res, err := Run(Options{Spec: spec, Pickers: []policies.Picker{p}, Classes: classes, Admission: &Admission{QueueMax: 100}}, reqs)
+		require.NoError(t, err)
+		return res
+	}
+	a, b := run(), run()
+	assert.Equal(t, a.Requests, b.Requests)
+	assert.Equal(t, a.Workers, b.Workers)
+}
+
+// Without Admission the classes only label the outcomes, and a run is the
+// run it was before classes existed.
+func TestClassesWithoutAdmissionOnlyLabel(t *testing.T) {
+	spec := mustSpec(t, "2xh100-llama3-8b,1xl4-llama3-8b")
+	reqs := synthetic(t, spec, 500, 1.1, 27)
+	plain, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1)}, reqs)
+	require.NoError(t, err)
+	classes := classMix(len(reqs), 0.5, 6)
+	labelled, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1), Classes: classes}, reqs)
+	require.NoError(t, err)
+	for i := range reqs {
+		a, b := plain.Requests[i], labelled.Requests[i]
+		assert.Equal(t, admission.Default, a.Class)
+		assert.Equal(t, classes[i], b.Class)
+		b.Class = a.Class
+		assert.Equal(t, a, b)
+	}
+	var n uint64
+	for _, h := range labelled.ClassITL {
+		n += h.Count()
+	}
+	assert.Equal(t, plain.ITL.Count(), n, "the per-class ITL splits the whole")
+}
+
+func TestAdmissionOptionsErrors(t *testing.T) {
+	spec := mustSpec(t, "2xh100-llama3-8b")
+	reqs := synthetic(t, spec, 10, 0.5, 1)
+	p := pickers(t, roundrobin.New, 1)
+	tests := []struct {
+		name string
+		opts Options
+	}{
+		{"budget length", Options{Spec: spec, Pickers: p, Admission: &Admission{Budget: []int{1}}}},
+		{"negative queue", Options{Spec: spec, Pickers: p, Admission: &Admission{QueueMax: -1}}},
+		{"classes length", Options{Spec: spec, Pickers: p, Classes: []admission.Class{admission.Flex}}},
+		{"unknown class", Options{Spec: spec, Pickers: p, Classes: slices.Repeat([]admission.Class{admission.NumClasses}, len(reqs))}},
+		{"tenants twice", Options{Spec: spec, Pickers: p, TenantOf: make([]string, len(reqs)), Tenants: []Tenant{{Name: "a", Share: 1}}}},
+		{"oracle", Options{Spec: spec, Oracle: true, Admission: &Admission{}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Run(tt.opts, reqs)
+			assert.Error(t, err)
+		})
+	}
+}
+
+// The KV bound: with a budget far above what its KV cache holds, a busy
+// worker whose scraped KV use is at the bound takes no more, so new prompts
+// wait in the queue, not in the engine for blocks. Without scraping the
+// bound has nothing to read and the run still completes.
+func TestAdmissionKVBound(t *testing.T) {
+	spec := mustSpec(t, "1xl4-llama3-8b")
+	reqs := synthetic(t, spec, 600, 1.3, 28)
+	inEngine := func(kv float64, scrape time.Duration) time.Duration {
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), ScrapeInterval: scrape,
+			Admission: &Admission{Budget: []int{1000}, KVMax: kv}}, reqs)
+		require.NoError(t, err)
+		var ds []time.Duration
+		for _, o := range res.Requests {
+			require.True(t, o.OK, o.Err)
+			ds = append(ds, o.TTFT-o.Held)
+		}
+		slices.Sort(ds)
+		return ds[len(ds)*99/100]
+	}
+	bounded, unbounded := inEngine(0, 0), inEngine(-1, 0)
+	t.Logf("p99 of TTFT after binding: KV bound %v, none %v", bounded, unbounded)
+	assert.Less(t, bounded*3, unbounded*2)
+	inEngine(0, -1)
+}
+
+// What admission measured: the requests bound after waiting, per class,
+// and the time some request waited.
+func TestAdmissionStats(t *testing.T) {
+	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")
+	reqs := synthetic(t, spec, 2000, 1.3, 29)
+	res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1),
+		Classes: classMix(len(reqs), 0.3, 8), Admission: &Admission{}}, reqs)
+	require.NoError(t, err)
+	st := res.Admission
+	require.NotNil(t, st)
+	var waited [admission.NumClasses]int
+	var tokens [admission.NumClasses]int64
+	for i, o := range res.Requests {
+		if o.OK && o.Held > 0 {
+			waited[o.Class]++
+			tokens[o.Class] += int64(reqs[i].PromptTokens + reqs[i].OutputTokens)
+		}
+	}
+	assert.Equal(t, waited, st.Waited)
+	assert.Equal(t, tokens, st.WaitedTokens)
+	assert.Positive(t, st.Saturated)
+	assert.Less(t, st.Saturated, res.Elapsed)
+	plain, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1)}, reqs)
+	require.NoError(t, err)
+	assert.Nil(t, plain.Admission)
+}
