@@ -46,6 +46,7 @@ type level struct {
 	priority int
 	lanes    map[string]*lane
 	served   map[string]float64 // weighted tokens served, per tenant, kept while the level lives
+	vtime    float64            // the served count of the last tenant served: the level's virtual time
 	n        int
 }
 
@@ -90,9 +91,15 @@ func (q *Queue) Push(it *Item) (shed *Item, err error) {
 		lv.lanes[it.Tenant] = ln
 	}
 	if ln.len() == 0 {
-		// Back from idle: start level with the least-served waiting
-		// tenant, never below what it was served before.
-		if floor, ok := lv.minServed(); ok && lv.served[it.Tenant] < floor {
+		// Back from idle: start no lower than the level's virtual time
+		// (where service had got to when it was last given out) nor the
+		// least-served waiting tenant, so an idle spell banks no credit,
+		// also after the queue ran empty.
+		floor := lv.vtime
+		if m, ok := lv.minServed(); ok && m > floor {
+			floor = m
+		}
+		if lv.served[it.Tenant] < floor {
 			lv.served[it.Tenant] = floor
 		}
 	}
@@ -146,7 +153,9 @@ func (q *Queue) Pop() *Item {
 	if w < 1 {
 		w = 1
 	}
-	q.level(it.Class, it.TierPriority).served[it.Tenant] += float64(it.Tokens) / w
+	lv := q.level(it.Class, it.TierPriority)
+	lv.vtime = max(lv.vtime, lv.served[it.Tenant])
+	lv.served[it.Tenant] += float64(it.Tokens) / w
 	return it
 }
 

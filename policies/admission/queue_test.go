@@ -129,3 +129,20 @@ func TestQueueRemove(t *testing.T) {
 	q.Remove(b) // already popped
 	assert.Zero(t, q.Len())
 }
+
+func TestQueueNoBankedCreditAfterTheQueueRanEmpty(t *testing.T) {
+	q := admission.NewQueue(1000)
+	for i := range 20 { // heavy is served alone; the queue then runs empty
+		_, _ = q.Push(item(admission.Default, 0, "heavy", 1000, i))
+		q.Pop()
+	}
+	for i := range 10 {
+		_, _ = q.Push(item(admission.Default, 0, "light", 1000, 100+i))
+		_, _ = q.Push(item(admission.Default, 0, "heavy", 1000, 200+i))
+	}
+	n := map[string]int{}
+	for range 10 {
+		n[q.Pop().Tenant]++
+	}
+	assert.InDelta(t, 5, n["light"], 1, "light did not bank the 20 requests it did not send: %v", n)
+}
