@@ -142,6 +142,16 @@ type Admission struct {
 	// MaxWait is how long a request of each class may wait before it is
 	// shed. Defaults: priority 5s, default 30s, flex 10m.
 	MaxWait map[string]Duration `yaml:"max_wait"`
+	// KVMax: a backend with requests in flight whose scraped KV-cache use
+	// is at least this takes no more (they would wait inside the engine
+	// for blocks). Default 0.95; 1 turns it off.
+	KVMax float64 `yaml:"kv_max"`
+	// MaxPendingPromptTokens: a backend with at least this many prompt
+	// tokens sent by this replica and not yet past their first token takes
+	// no more, so a request is bound where its prefill starts soon. Set it
+	// to about the engine's step token budget (vLLM's
+	// max_num_batched_tokens). Default 0: off.
+	MaxPendingPromptTokens int64 `yaml:"max_pending_prompt_tokens"`
 	// Replicas is how many Sluice replicas share the budgets through
 	// limits.redis_url. While Redis fails, each replica admits up to
 	// budget / replicas on its own. Default 1.

@@ -46,6 +46,9 @@ func (c *Config) ApplyDefaults() {
 		if a.Replicas == 0 {
 			a.Replicas = 1
 		}
+		if a.KVMax == 0 {
+			a.KVMax = 0.95
+		}
 		if a.MaxWait == nil {
 			a.MaxWait = map[string]Duration{}
 		}

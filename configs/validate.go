@@ -114,6 +114,12 @@ func (c *Config) Validate() error {
 		if a.MaxInFlightPerBackend < 0 {
 			bad(p+".max_in_flight_per_backend", "must not be negative (0 is off), got %d", a.MaxInFlightPerBackend)
 		}
+		if a.KVMax <= 0 || a.KVMax > 1 {
+			bad(p+".kv_max", "must be in (0, 1], got %g", a.KVMax)
+		}
+		if a.MaxPendingPromptTokens < 0 {
+			bad(p+".max_pending_prompt_tokens", "must not be negative (0 is off), got %d", a.MaxPendingPromptTokens)
+		}
 		if a.Replicas < 1 {
 			bad(p+".replicas", "must be at least 1, got %d", a.Replicas)
 		}

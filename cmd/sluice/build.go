@@ -142,6 +142,13 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		QueueSize: m.Admission.QueueSize,
 		Pool:      m.Name,
 		Replicas:  m.Admission.Replicas,
+		KVMax:     m.Admission.KVMax,
+	}
+	if o.KVMax >= 1 {
+		o.KVMax = -1 // off
+	}
+	if n := m.Admission.MaxPendingPromptTokens; n > 0 {
+		o.MaxPendingPrompt = func(*backends.Endpoint) int64 { return n }
 	}
 	if shared != nil {
 		o.Shared, o.LeaseTTL, o.OnSharedError = shared.slots, shared.leaseTTL, shared.failed

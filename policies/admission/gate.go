@@ -43,6 +43,16 @@ type Options struct {
 	MaxWait [NumClasses]time.Duration
 	// OnShed, if set, is called (outside the lock) for every shed request.
 	OnShed func(Class, string)
+	// KVMax: an endpoint with requests in flight whose last scraped
+	// KV-cache use is at least this has no room (it would queue the
+	// request inside the engine, waiting for blocks). 0 means 0.95;
+	// negative turns it off.
+	KVMax float64
+	// MaxPendingPrompt: an endpoint with at least this many prompt tokens
+	// sent and not yet past their first token (its prefill backlog, as this
+	// replica knows it) has no room; about one engine step's token budget
+	// binds a request only when its prefill can start soon. 0 turns it off.
+	MaxPendingPrompt func(*backends.Endpoint) int64
 
 	// Shared, when set, shares the budgets and the order between classes
 	// with the other replicas that use the same store and Pool name: an
@@ -106,6 +116,9 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = 1024
+	}
+	if o.KVMax == 0 {
+		o.KVMax = 0.95
 	}
 	defaults := [NumClasses]time.Duration{5 * time.Second, 30 * time.Second, 10 * time.Minute}
 	for c := range o.MaxWait {
@@ -198,8 +211,10 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	}
 	timer := time.NewTimer(g.o.MaxWait[r.Class])
 	defer timer.Stop()
-	var poll <-chan time.Time // with a shared store, room others free is seen by looking again
-	if g.o.Shared != nil {
+	// Room that frees without a release here (another replica's, a KV cache
+	// draining, a prefill done) is seen by looking again every Patience.
+	var poll <-chan time.Time
+	if g.o.Shared != nil || g.o.KVMax > 0 || g.o.MaxPendingPrompt != nil {
 		tick := time.NewTicker(g.o.Patience)
 		defer tick.Stop()
 		poll = tick.C
@@ -289,7 +304,7 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 			}
 			delete(g.full, e)
 		}
-		if b := g.o.Budget(e); (b <= 0 || g.granted[e] < b) && !contains(exclude, e) {
+		if g.hasRoom(e) && !contains(exclude, e) {
 			room = append(room, e)
 		}
 	}
@@ -323,6 +338,25 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 	}
 	g.granted[ep]++
 	return ep, lease, nil
+}
+
+// hasRoom reports whether e may take one more request now: under its
+// budget, its KV cache not full while it works, its prefill backlog short.
+func (g *Gate) hasRoom(e *backends.Endpoint) bool {
+	if b := g.o.Budget(e); b > 0 && g.granted[e] >= b {
+		return false
+	}
+	if g.o.KVMax > 0 && g.granted[e] > 0 {
+		if l := e.Load(); l != nil && l.KVUsage >= g.o.KVMax {
+			return false
+		}
+	}
+	if g.o.MaxPendingPrompt != nil {
+		if m := g.o.MaxPendingPrompt(e); m > 0 && g.granted[e] > 0 && e.PendingPromptTokens() >= m {
+			return false
+		}
+	}
+	return true
 }
 
 // dispatchLocked binds waiting requests, in order, while endpoints have

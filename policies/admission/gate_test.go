@@ -196,3 +196,37 @@ func TestGateRebind(t *testing.T) {
 	a.Release()
 	b.Release()
 }
+
+func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
+	e, err := backends.NewEndpoint("http://10.0.0.9:8000", 1)
+	require.NoError(t, err)
+	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+	require.NoError(t, err)
+	rr, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := admission.NewGate(pool, rr, admission.Options{
+		Budget:           func(*backends.Endpoint) int { return 10 },
+		Patience:         10 * time.Millisecond,
+		MaxPendingPrompt: func(*backends.Endpoint) int64 { return 1000 },
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	first, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+
+	e.StoreLoad(&backends.Load{At: time.Now(), KVUsage: 0.97})
+	second := queued(t, g, ctx, req(admission.Default, "x"))
+	e.StoreLoad(&backends.Load{At: time.Now(), KVUsage: 0.5}) // blocks freed: seen at the next look
+	r := <-second
+	require.NoError(t, r.err)
+
+	att := e.Start(1500, 1600) // a long prompt sent, not yet past its first token
+	third := queued(t, g, ctx, req(admission.Default, "x"))
+	att.FirstToken(time.Second)
+	r3 := <-third
+	require.NoError(t, r3.err)
+	att.Finish(backends.Outcome{})
+	for _, tk := range []*admission.Ticket{first, r.t, r3.t} {
+		tk.Release()
+	}
+}
