@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build run test test-short lint fmt bench bench-limits bench-overhead bench-policies bench-policies-live validate fidelity fuzz clean
+.PHONY: all build run test test-short lint fmt bench bench-classes-live bench-limits bench-overhead bench-policies bench-policies-live validate fidelity fuzz clean
 
 all: build
 
@@ -44,6 +44,10 @@ bench-overhead: build
 ## bench-limits: what tenant limits cost: no tenants, in-process store and Redis side by side (~1.5 minutes)
 bench-limits: build
 	./deploy/bench-limits.sh
+
+## bench-classes-live: 30% priority + 70% flex live, at light load and overload, with and without admission (~5 minutes)
+bench-classes-live: build
+	./deploy/bench-classes-live.sh
 
 ## bench-policies: every routing policy and the oracle in simulation, one table per scenario (a few minutes)
 bench-policies: build

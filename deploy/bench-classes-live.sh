@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Service classes live (make bench-classes-live): real gpuworkers behind a
+# real Sluice on loopback, a synthetic Poisson workload with 30% priority and
+# 70% flex requests (service_tier set by `sluice-bench load --mix`), at a
+# light load and at an overload, with admission (budgets per backend from
+# the simulator's capacity model, as `simulate --admission` prints them) and
+# without (the same Sluice with no budgets: every request binds on arrival).
+# Prints per run the priority and flex rows and the shed counts, then the
+# same three scenarios simulated.
+#
+# Builds nothing: run `make build` first. Knobs (environment): H100S=1 L4S=2
+# SPEEDUP=1 LIGHT=0.5 OVER=1.3 REQUESTS=2000 MIX=priority=0.3,flex=0.7
+# BASE_PORT=19600 BIN=bin
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=deploy/lib.sh
+. deploy/lib.sh
+BIN=${BIN:-bin}
+H100S=${H100S:-1}
+L4S=${L4S:-2}
+SPEEDUP=${SPEEDUP:-1}
+LIGHT=${LIGHT:-0.5}
+OVER=${OVER:-1.3}
+REQUESTS=${REQUESTS:-2000}
+MIX=${MIX:-priority=0.3,flex=0.7}
+BASE_PORT=${BASE_PORT:-19600}
+MODEL=bench-model
+FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
+ROUTER_PORT=$((BASE_PORT - 1))
+tmp=$(mktemp -d)
+pids=()
+stop_all() {
+	[ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null && wait "${pids[@]}" 2>/dev/null
+	pids=()
+}
+trap 'stop_all; [ -n "${KEEP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"' EXIT
+
+budgets=$("$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$OVER" \
+	--policy default --admission --mix "$MIX" --table compact 2>&1 >/dev/null | sed -n 's/.*budget of requests in flight \([^;]*\);.*/\1/p')
+H100_BUDGET=$(sed -n 's/.*h100-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
+L4_BUDGET=$(sed -n 's/.*l4-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
+[ -n "$H100_BUDGET" ] && [ -n "$L4_BUDGET" ] || { echo "bench-classes-live: no budgets from the simulator ($budgets)" >&2; exit 1; }
+
+config() { # admission on|off
+	echo "listen: 127.0.0.1:$ROUTER_PORT"
+	echo "models:"
+	echo "  - name: $MODEL"
+	echo "    backends:"
+	local port=$BASE_PORT
+	for _ in $(seq "$H100S"); do
+		echo "      - url: http://127.0.0.1:$port"
+		[ "$1" = on ] && echo "        max_in_flight: $H100_BUDGET"
+		port=$((port + 1))
+	done
+	for _ in $(seq "$L4S"); do
+		echo "      - url: http://127.0.0.1:$port"
+		[ "$1" = on ] && echo "        max_in_flight: $L4_BUDGET"
+		port=$((port + 1))
+	done
+}
+
+run() { # name, admission on|off, load
+	stop_all
+	"$BIN/gpuworker" --listen "127.0.0.1:$BASE_PORT" --count "$H100S" --model "$MODEL" --profile h100-llama3-8b \
+		--speedup "$SPEEDUP" 2>>"$tmp/workers.log" & pids+=($!)
+	"$BIN/gpuworker" --listen "127.0.0.1:$((BASE_PORT + H100S))" --count "$L4S" --model "$MODEL" --profile l4-llama3-8b \
+		--speedup "$SPEEDUP" 2>>"$tmp/workers.log" & pids+=($!)
+	for p in $(seq "$BASE_PORT" $((BASE_PORT + H100S + L4S - 1))); do wait_for "http://127.0.0.1:$p/health"; done
+	config "$2" >"$tmp/$1.yaml"
+	"$BIN/sluice" serve --config "$tmp/$1.yaml" 2>"$tmp/$1.log" & pids+=($!)
+	wait_for "http://127.0.0.1:$ROUTER_PORT/readyz"
+	"$BIN/sluice-bench" load --target "http://127.0.0.1:$ROUTER_PORT" --model "$MODEL" --fleet "$FLEET" --load "$3" \
+		--requests "$REQUESTS" --duration 24h --mix "$MIX" --stream --quiet --seed 2 --time-scale "$SPEEDUP" \
+		--json "$tmp/$1.json" >/dev/null
+	"$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$3" --mix "$MIX" --seed 2 \
+		--policy default $([ "$2" = on ] && echo --admission) --json "$tmp/$1-sim.json" >/dev/null 2>&1
+}
+RUNS=${RUNS:-light over over-noadm}
+for r in $RUNS; do
+	case $r in
+	light) run light on "$LIGHT" ;;
+	over) run over on "$OVER" ;;
+	over-noadm) run over-noadm off "$OVER" ;;
+	esac
+done
+stop_all
+
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX; admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET"
+python3 - "$tmp" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+def rows(name):
+    r = json.load(open(os.path.join(d, name + ".json")))
+    r = r["results"][0] if "results" in r else r
+    return r
+print(f"{'run':<32}{'class':<10}{'ok':>6}{'shed':>6}{'TTFT p50 ms':>13}{'TTFT p99 ms':>13}{'req/s':>8}")
+for run, label in (("light", "light load, admission"), ("over", "overload, admission"), ("over-noadm", "overload, no admission")):
+    for src in ("", "-sim"):
+        if not os.path.exists(os.path.join(d, run + src + ".json")):
+            continue
+        r = rows(run + src)
+        for cls in ("priority", "flex"):
+            c = r.get("classes", {}).get(cls)
+            if not c:
+                continue
+            shed = r.get("shed", {}).get(cls, 0)
+            print(f"{label + (' (sim)' if src else ' (live)'):<32}{cls:<10}{c['completed']:>6}{shed:>6}"
+                  f"{c['ttft_ms']['p50']:>13.0f}{c['ttft_ms']['p99']:>13.0f}{c['request_throughput']:>8.2f}")
+PY
