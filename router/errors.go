@@ -169,6 +169,9 @@ func errorFor(err error) *APIError {
 		case backends.ClassUnreachable:
 			return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_unavailable",
 				Message: "No backend for this model could be reached."}
+		case backends.ClassUpstream4xx: // a backend's 429, turned back with no retry left
+			return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_overloaded",
+				Message: "The backends are busy; please retry.", RetryAfter: time.Second}
 		}
 		return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_error",
 			Message: "The backend failed to answer."}

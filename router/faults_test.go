@@ -177,3 +177,32 @@ func TestStreamEndingWithoutDoneIsNotPassedOffAsWhole(t *testing.T) {
 	require.Error(t, st.Err())
 	assert.Contains(t, st.Err().Error(), "ended the answer early")
 }
+
+// TestTurnedBackAnswersAreRetriedElsewhere: a backend answering 503 (or
+// 502, 429) is tried again on another before anything reaches the client;
+// with no other backend, its own answer is relayed.
+func TestTurnedBackAnswersAreRetriedElsewhere(t *testing.T) {
+	good := startWorker(t, model, "instant", 0)
+	busy := startWorkerOpts(t, gpuworker.Options{Model: model, Faults: gpuworker.Faults{ErrorRate: 1, ErrorStatus: 503}})
+	s := startSluice(t, router.Options{Retries: 1},
+		routeSpec{model: model, policy: roundrobin.Name, urls: []string{busy.srv.URL, good.srv.URL}})
+	c := s.client(t)
+	for range 6 {
+		_, err := c.Chat.Completions.New(context.Background(), chatParams(model))
+		require.NoError(t, err, "the 503 never reaches the client")
+	}
+	page := scrape(t, s)
+	turned := counterValue(t, page, `sluice_upstream_attempts_total{backend="`+busy.srv.URL+`",outcome="upstream_5xx"}`)
+	assert.Positive(t, turned)
+	assert.Equal(t, turned, counterValue(t, page, `sluice_upstream_retries_total{reason="upstream_5xx"}`),
+		"every 503 was retried on the good worker")
+
+	alone := startSluice(t, router.Options{Retries: 1}, routeSpec{model: model, urls: []string{busy.srv.URL}})
+	res, err := http.Post(alone.srv.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":2}`))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	assert.Equal(t, "injected_fault", decodeError(t, res).Code, "nowhere else to go: the backend's own answer")
+	http.DefaultClient.CloseIdleConnections()
+}

@@ -191,6 +191,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		w = measure.NewTierWriter(w, preq.ServiceTier) // the answer names the class that served it
 	}
 	var tried []*backends.Endpoint
+	rt.retryBudget.deposit()
 	for attempt := 0; attempt <= rt.retries; attempt++ {
 		now := rt.now()
 		var ep *backends.Endpoint
@@ -226,17 +227,21 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 				continue
 			}
 		}
-		aerr := rt.attempt(w, r, ep, preq, body, strip, out, done)
+		// A 502, 503 or 429 is turned back (not relayed) while another
+		// attempt may follow; the last attempt relays whatever it gets.
+		canRetry := attempt < rt.retries && rt.another(rte, ep, tried, now)
+		aerr := rt.attempt(w, r, ep, preq, body, strip, out, done, canRetry)
 		if aerr == nil {
 			return nil
 		}
-		if out.Class != backends.ClassUnreachable {
-			return &upstreamError{class: out.Class, err: aerr}
-		}
-		if ep.MarkFailed(now, rt.cooldown) {
+		if out.Class == backends.ClassUnreachable && ep.MarkFailed(now, rt.cooldown) {
 			rt.log.Warn("backend unreachable; holding it out", "backend", ep.Address(),
 				"cooldown", rt.cooldown, "err", aerr)
 		}
+		if !retryable(aerr) || !canRetry || !rt.retryBudget.spend() {
+			return &upstreamError{class: out.Class, err: aerr}
+		}
+		rt.metrics.retries.WithLabelValues(out.Class.String()).Inc()
 		tried = append(tried, ep)
 	}
 	if len(tried) > 0 {
@@ -249,7 +254,10 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 // the error when nothing was relayed to the client.
 //
 // breakerDone, when set, is told how the attempt ended.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass)) (err error) {
+//
+// With turnBack, a 502, 503 or 429 answer is not relayed: the attempt
+// fails with it, so that the caller can try another backend.
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass), turnBack bool) (err error) {
 	ctx, span := rt.attempts.Start(r.Context(), "upstream", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("sluice.backend", ep.Address())))
 	r = r.WithContext(ctx)
@@ -283,7 +291,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		}
 		att.Finish(*out) // last: once in-flight drops, the attempt is fully recorded
 	}()
-	err = rt.proxy.Forward(mw, r, ep.URL(), ep.Authorization(), body)
+	err = rt.proxy.Forward(mw, r, ep.URL(), ep.Authorization(), body, turnBack)
 	returned = true
 	var cut *proxy.StreamCutError
 	if err == nil || errors.As(err, &cut) {
@@ -320,6 +328,26 @@ func fillOutcome(out *backends.Outcome, m measure.Result) {
 	}
 }
 
+// another reports whether an endpoint other than ep and those tried is in
+// routing: only then is a retry worth turning an answer back for.
+func (rt *Router) another(rte *Route, ep *backends.Endpoint, tried []*backends.Endpoint, now time.Time) bool {
+	for _, e := range rte.Pool.Available(nil, now) {
+		if e != ep && !slices.Contains(tried, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// retryable reports whether a failed attempt may be tried on another
+// backend: nothing reached the client, and the backend could not be
+// reached, did not answer in time, failed before its first byte, or turned
+// the request back (502, 503, 429). A client that left is never retried.
+func retryable(err error) bool {
+	var ae *proxy.AttemptError
+	return errors.As(err, &ae) && ae.Outcome != proxy.ClientGone
+}
+
 // classify names how an attempt ended from Forward's error and the status
 // relayed.
 func classify(err error, status int) backends.ErrorClass {
@@ -343,6 +371,11 @@ func classify(err error, status int) backends.ErrorClass {
 		return backends.ClassTimeout
 	case proxy.ClientGone:
 		return backends.ClassClientGone
+	case proxy.TurnedBack:
+		if ae.Status == http.StatusTooManyRequests {
+			return backends.ClassUpstream4xx
+		}
+		return backends.ClassUpstream5xx
 	}
 	return backends.ClassFailed
 }

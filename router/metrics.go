@@ -13,6 +13,7 @@ type metrics struct {
 	inFlight *prometheus.GaugeVec     // backend
 	tokens   *prometheus.CounterVec   // tier, kind
 
+	retries       *prometheus.CounterVec   // reason
 	admissionWait *prometheus.HistogramVec // model, class
 	shed          *prometheus.CounterVec   // model, class, reason
 }
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_tenant_tokens_total",
 			Help: "Tokens charged to tenants after settlement, by tier and kind (input, output).",
 		}, []string{"tier", "kind"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_retries_total",
+			Help: "Requests tried again on another backend, by how the attempt before failed.",
+		}, []string{"reason"}),
 		admissionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_admission_wait_seconds",
 			Help:    "Time admitted requests waited in the router's admission queue, by model and service class.",
@@ -50,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests the admission queue shed, by model, service class and reason (queue full, waited too long).",
 		}, []string{"model", "class", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight, m.tokens, m.admissionWait, m.shed} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight, m.tokens, m.retries, m.admissionWait, m.shed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

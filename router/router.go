@@ -110,6 +110,9 @@ type Router struct {
 	table    atomic.Pointer[Table]
 	tenants  atomic.Pointer[auth.Directory]
 	limiter  *quota.Limiter
+	// retryBudget bounds retries to a fifth of recent requests (10 to
+	// start with, 100 banked at most).
+	retryBudget *retryBudget
 	bodyWait time.Duration
 	maxBody  int64
 	retries  int
@@ -192,6 +195,7 @@ func New(o Options) (*Router, error) {
 		now:      o.Now,
 		created:  o.Now().Unix(),
 		limiter:  o.Limiter,
+		retryBudget: newRetryBudget(0.2, 10, 100),
 		bodyWait: o.BodyReadTimeout,
 
 		sessionHeader: textproto.CanonicalMIMEHeaderKey(o.SessionHeader),

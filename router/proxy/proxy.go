@@ -34,13 +34,23 @@ const (
 	// ClientGone: the client cancelled (perhaps mid-stream); nothing more
 	// should be written.
 	ClientGone
+	// TurnedBack: the backend answered 502, 503 or 429 and the answer was
+	// not relayed (see Forward's turnBack).
+	TurnedBack
 )
+
+// turnedBack is a 502, 503 or 429 answer Forward did not relay.
+type turnedBack struct{ status int }
+
+func (e *turnedBack) Error() string { return "backend answered " + strconv.Itoa(e.status) }
 
 // AttemptError is a failed attempt about which nothing has been written to
 // the client.
 type AttemptError struct {
 	Outcome Outcome
-	Err     error
+	// Status is the backend's status for TurnedBack, else 0.
+	Status int
+	Err    error
 }
 
 func (e *AttemptError) Error() string { return fmt.Sprintf("upstream attempt: %v", e.Err) }
@@ -102,7 +112,11 @@ func New(o Options) (*Proxy, error) {
 // authorization, when not empty, is sent as the backend's own
 // Authorization. The backend's Set-Cookie, Server and rate-limit headers
 // never reach the client.
-func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL, authorization string, body []byte) error {
+//
+// With turnBack, a 502, 503 or 429 answer is not relayed: Forward returns
+// an *AttemptError (Outcome TurnedBack, Status set) so that the caller can
+// try another backend.
+func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL, authorization string, body []byte, turnBack bool) error {
 	var attemptErr error
 	var stream *streamBody
 	rp := httputil.ReverseProxy{
@@ -133,6 +147,10 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 		ErrorLog:   p.errorLog,
 		ModifyResponse: func(res *http.Response) error {
 			// The router owns the request ID; a backend's own must not duplicate it.
+			if turnBack && (res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable ||
+				res.StatusCode == http.StatusTooManyRequests) {
+				return &turnedBack{status: res.StatusCode}
+			}
 			res.Header.Del("X-Request-Id")
 			for k := range res.Header {
 				if k == "Set-Cookie" || k == "Server" || strings.HasPrefix(k, "X-Ratelimit-") {
@@ -162,6 +180,10 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 			}
 		}
 		return nil
+	}
+	var tb *turnedBack
+	if errors.As(attemptErr, &tb) {
+		return &AttemptError{Outcome: TurnedBack, Status: tb.status, Err: attemptErr}
 	}
 	return &AttemptError{Outcome: classify(r.Context(), attemptErr), Err: attemptErr}
 }
