@@ -107,24 +107,24 @@ const DefaultSessionHeader = "X-Session-Id"
 
 // Router serves the OpenAI API in front of the backend pools.
 type Router struct {
-	table    atomic.Pointer[Table]
-	tenants  atomic.Pointer[auth.Directory]
-	limiter  *quota.Limiter
+	table   atomic.Pointer[Table]
+	tenants atomic.Pointer[auth.Directory]
+	limiter *quota.Limiter
 	// retryBudget bounds retries to a fifth of recent requests (10 to
 	// start with, 100 banked at most).
 	retryBudget *retryBudget
-	bodyWait time.Duration
-	maxBody  int64
-	retries  int
-	cooldown time.Duration
-	proxy    *proxy.Proxy
-	log      *slog.Logger
-	metrics  *metrics
-	registry *prometheus.Registry
-	tracer   trace.TracerProvider
-	attempts trace.Tracer
-	now      func() time.Time
-	created  int64
+	bodyWait    time.Duration
+	maxBody     int64
+	retries     int
+	cooldown    time.Duration
+	proxy       *proxy.Proxy
+	log         *slog.Logger
+	metrics     *metrics
+	registry    *prometheus.Registry
+	tracer      trace.TracerProvider
+	attempts    trace.Tracer
+	now         func() time.Time
+	created     int64
 
 	sessionHeader string // canonical form
 }
@@ -183,20 +183,20 @@ func New(o Options) (*Router, error) {
 		return nil, err
 	}
 	rt := &Router{
-		maxBody:  o.MaxBodyBytes,
-		retries:  o.Retries,
-		cooldown: o.Cooldown,
-		proxy:    px,
-		log:      o.Logger,
-		metrics:  m,
-		registry: o.Metrics,
-		tracer:   o.TracerProvider,
-		attempts: o.TracerProvider.Tracer("github.com/sluice-llm/sluice/router"),
-		now:      o.Now,
-		created:  o.Now().Unix(),
-		limiter:  o.Limiter,
+		maxBody:     o.MaxBodyBytes,
+		retries:     o.Retries,
+		cooldown:    o.Cooldown,
+		proxy:       px,
+		log:         o.Logger,
+		metrics:     m,
+		registry:    o.Metrics,
+		tracer:      o.TracerProvider,
+		attempts:    o.TracerProvider.Tracer("github.com/sluice-llm/sluice/router"),
+		now:         o.Now,
+		created:     o.Now().Unix(),
+		limiter:     o.Limiter,
 		retryBudget: newRetryBudget(0.2, 10, 100),
-		bodyWait: o.BodyReadTimeout,
+		bodyWait:    o.BodyReadTimeout,
 
 		sessionHeader: textproto.CanonicalMIMEHeaderKey(o.SessionHeader),
 	}
