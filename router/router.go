@@ -236,6 +236,11 @@ func allowed(path string) string {
 	return "GET, HEAD"
 }
 
+// EndStreams ends every stream still open with an error event telling its
+// client the server is shutting down (call it when the drain time is up,
+// before closing the server).
+func (rt *Router) EndStreams() { rt.proxy.Abort(proxy.ErrShuttingDown) }
+
 // SetTenants swaps in a new tenant directory (nil or empty: open). It
 // returns an error, keeping the old one, when the router has no Limiter
 // for a directory with tenants.

@@ -231,6 +231,14 @@ func runServer(ctx context.Context, o serverOptions) error {
 			sctx, cancel := context.WithTimeout(context.Background(), o.drain)
 			err := srv.Shutdown(sctx)
 			cancel()
+			if err != nil {
+				// Drain time is up: end the streams still open with an error
+				// event (never a silent cut), and let their handlers return.
+				rt.EndStreams()
+				sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				err = srv.Shutdown(sctx)
+				cancel()
+			}
 			if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
 				return serr
 			}

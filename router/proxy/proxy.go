@@ -77,6 +77,19 @@ type Proxy struct {
 	idle      time.Duration
 	errorLog  *log.Logger
 	buffers   bufferPool
+
+	mu      sync.Mutex
+	streams map[*streamBody]struct{} // open event streams, for Abort
+}
+
+// Abort ends every event stream still being relayed with cause: each ends
+// with an error event to its client (see ErrorEvent).
+func (p *Proxy) Abort(cause error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.streams {
+		s.abort(cause)
+	}
 }
 
 // New returns a Proxy.
@@ -90,6 +103,7 @@ func New(o Options) (*Proxy, error) {
 	return &Proxy{
 		transport: o.Transport,
 		idle:      o.StreamIdleTimeout,
+		streams:   map[*streamBody]struct{}{},
 		inject:    o.Inject,
 		errorLog:  slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 		buffers:   bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}},
@@ -160,6 +174,9 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 			if res.StatusCode/100 == 2 && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 				stream = newStreamBody(res.Body, p.idle)
 				res.Body = stream
+				p.mu.Lock()
+				p.streams[stream] = struct{}{}
+				p.mu.Unlock()
 			}
 			return nil
 		},
@@ -168,6 +185,11 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 		},
 	}
 	rp.ServeHTTP(w, r)
+	if stream != nil {
+		p.mu.Lock()
+		delete(p.streams, stream)
+		p.mu.Unlock()
+	}
 	if attemptErr == nil {
 		if stream != nil {
 			if cut := stream.cut(); cut != nil {

@@ -28,6 +28,10 @@ var errNoDone = errors.New("the stream ended without [DONE]")
 // errStalled is the idle timeout's error.
 var errStalled = errors.New("no data from the backend within the idle timeout")
 
+// ErrShuttingDown ends the streams still open when the router's drain time
+// is up.
+var ErrShuttingDown = errors.New("the router is shutting down")
+
 // streamBody wraps an event stream's upstream body: it ends the copy with
 // io.EOF instead of an error (so the response stays open for an error
 // event), closes the body when no data arrives for idle, and remembers
@@ -40,6 +44,7 @@ type streamBody struct {
 	mu      sync.Mutex
 	err     error
 	stalled bool
+	aborted error // why the router ended the stream itself
 	tail    [16]byte // the stream's last bytes
 	n       int      // bytes in tail
 }
@@ -59,6 +64,14 @@ func (s *streamBody) stall() {
 	_ = s.rc.Close() // unblocks the pending Read with an error
 }
 
+// abort ends the stream with cause (the router is shutting down).
+func (s *streamBody) abort(cause error) {
+	s.mu.Lock()
+	s.aborted = cause
+	s.mu.Unlock()
+	_ = s.rc.Close()
+}
+
 func (s *streamBody) Read(p []byte) (int, error) {
 	n, err := s.rc.Read(p)
 	if n > 0 {
@@ -69,7 +82,10 @@ func (s *streamBody) Read(p []byte) (int, error) {
 	}
 	if err != nil && err != io.EOF {
 		s.mu.Lock()
-		if s.stalled {
+		switch {
+		case s.aborted != nil:
+			err = s.aborted
+		case s.stalled:
 			err = errStalled
 		}
 		s.err = err
@@ -120,6 +136,8 @@ func ErrorEvent(e *StreamCutError) []byte {
 		msg, code = "The backend stopped sending in the middle of the answer.", "upstream_timeout"
 	} else if errors.Is(e.Err, errNoDone) {
 		msg = "The backend ended the answer early."
+	} else if errors.Is(e.Err, ErrShuttingDown) {
+		msg, code = "The server is shutting down; retry the request.", "server_shutting_down"
 	}
 	return fmt.Appendf(nil, "data: {\"error\":{\"message\":%q,\"type\":\"server_error\",\"param\":null,\"code\":%q}}\n\n", msg, code)
 }

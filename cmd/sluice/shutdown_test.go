@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestShutdownEndsOpenStreamsWithAnErrorEvent: on SIGTERM (the context
+// ending) a stream still open when the drain time is up ends with an error
+// event telling the client the server is shutting down, a short request
+// in flight finishes, and the server returns cleanly.
+func TestShutdownEndsOpenStreamsWithAnErrorEvent(t *testing.T) {
+	_, url := slowWorker(t)
+	cfg := writeConfig(t, "listen: 127.0.0.1:0\nscrape:\n  enabled: false\nmodels:\n  - name: m\n    backends:\n      - url: "+url+"\n")
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() {
+		done <- runServer(ctx, serverOptions{path: cfg, drain: 300 * time.Millisecond, ready: ready,
+			log: slog.New(slog.NewTextHandler(&logs, nil))})
+	}()
+	addr := <-ready
+	c := client(addr)
+	st := c.Chat.Completions.NewStreaming(context.Background(), chat("", 5000))
+	require.True(t, st.Next(), "the stream started")
+	short := make(chan error, 1)
+	go func() {
+		_, err := c.Chat.Completions.New(context.Background(), chat("", 3))
+		short <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the short request is in flight
+	stop()
+	for st.Next() {
+	}
+	require.Error(t, st.Err())
+	assert.Contains(t, st.Err().Error(), "shutting down")
+	assert.NoError(t, <-short, "a request that finishes within the drain time is not lost")
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not stop")
+	}
+}
