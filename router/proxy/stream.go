@@ -44,7 +44,7 @@ type streamBody struct {
 	mu      sync.Mutex
 	err     error
 	stalled bool
-	aborted error // why the router ended the stream itself
+	aborted error    // why the router ended the stream itself
 	tail    [16]byte // the stream's last bytes
 	n       int      // bytes in tail
 }
