@@ -53,6 +53,19 @@ func statusFor(err error) *apiError {
 	return &apiError{status: http.StatusInternalServerError, message: err.Error(), typ: "server_error"}
 }
 
+// errorEvent is err as the body of a server-sent error event, which ends a
+// stream that cannot finish (OpenAI's SDKs report it as a stream error).
+func errorEvent(err error) errorBody {
+	ae := statusFor(err)
+	var body errorBody
+	body.Error.Message = ae.message
+	body.Error.Type = ae.typ
+	if ae.code != "" {
+		body.Error.Code = &ae.code
+	}
+	return body
+}
+
 // writeError renders err as an OpenAI JSON error.
 func writeError(w http.ResponseWriter, err error) {
 	ae := statusFor(err)

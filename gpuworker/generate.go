@@ -184,8 +184,11 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 			return false
 		})
 		switch st {
-		case awaitGone, awaitStopped:
-			return // cut the stream
+		case awaitGone:
+			return // nobody to tell
+		case awaitStopped: // the worker stops: say so rather than end as if finished
+			_ = writeEvent(rc, rw, errorEvent(ErrStopped))
+			return
 		case awaitCrashed:
 			panic(http.ErrAbortHandler)
 		}

@@ -345,3 +345,27 @@ func TestNewOptions(t *testing.T) {
 	_, err = gpuworker.New(gpuworker.Options{Model: model, Speedup: -1})
 	assert.Error(t, err)
 }
+
+// TestStoppingEndsStreamsWithAnErrorEvent: a worker that stops mid-stream
+// tells its client so, rather than end the stream as if it were finished.
+func TestStoppingEndsStreamsWithAnErrorEvent(t *testing.T) {
+	w, err := gpuworker.New(gpuworker.Options{Model: model, Profile: "h100-llama3-8b", Speedup: 1})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	srv := httptest.NewServer(w.Handler())
+	t.Cleanup(srv.Close)
+	c := client(srv)
+	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
+		Model: model, MaxTokens: openai.Int(5000),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+	})
+	require.True(t, st.Next())
+	cancel()
+	require.NoError(t, <-done)
+	for st.Next() {
+	}
+	require.Error(t, st.Err())
+	assert.Contains(t, st.Err().Error(), "worker stopped")
+}
