@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"sync"
@@ -272,6 +273,13 @@ func (s *Scraper) scrapeOne(ctx context.Context, t *target) {
 		}
 		t.ep.MarkStale()
 		s.errors.WithLabelValues(t.ep.Address()).Inc()
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			// Nothing listens there: an active health check says it is
+			// down, so it leaves routing (and /readyz counts it out) until
+			// a scrape reaches it again, before a request has to fail on it.
+			t.ep.MarkFailed(s.now(), 2*s.interval+time.Second)
+		}
 		if !t.failing {
 			t.failing = true
 			s.log.Warn("scraping backend load failed; its load is unknown until a scrape succeeds",
@@ -280,6 +288,7 @@ func (s *Scraper) scrapeOne(ctx context.Context, t *target) {
 		return
 	}
 	t.ep.StoreLoad(l)
+	t.ep.MarkHealthy() // it answers: back in routing if a failure held it out
 	if t.failing {
 		t.failing = false
 		s.log.Info("scraping backend load works again", "backend", t.ep.Address())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -277,4 +278,29 @@ func TestRunOnce(t *testing.T) {
 	cancel()
 	require.NoError(t, s.Run(ctx), "a cancelled Run returns at once")
 	assert.ErrorIs(t, s.Run(context.Background()), loadscrape.ErrAlreadyRunning, "a Scraper serves one lifetime")
+}
+
+// TestUnreachableWorkerLeavesRoutingUntilItAnswers: a scrape that cannot
+// connect holds the endpoint out of routing, a scrape that answers brings
+// it back.
+func TestUnreachableWorkerLeavesRoutingUntilItAnswers(t *testing.T) {
+	srv := startWorker(t, gpuworker.DialectVLLM)
+	e := endpoint(t, srv.URL)
+	startScraper(t, loadscrape.Options{Interval: 20 * time.Millisecond, Timeout: 15 * time.Millisecond}, e)
+	require.Eventually(t, func() bool { return e.Load() != nil }, 5*time.Second, 5*time.Millisecond)
+	assert.True(t, e.Available(time.Now()))
+	addr, handler := srv.Listener.Addr().String(), srv.Config.Handler
+	srv.Close()
+	require.Eventually(t, func() bool { return !e.Available(time.Now()) }, 5*time.Second, 5*time.Millisecond,
+		"refused connections take it out of routing")
+
+	ln, err := net.Listen("tcp", addr) // the worker comes back on its address
+	require.NoError(t, err)
+	back := httptest.NewUnstartedServer(handler)
+	back.Listener.Close()
+	back.Listener = ln
+	back.Start()
+	t.Cleanup(back.Close)
+	require.Eventually(t, func() bool { return e.Available(time.Now()) }, 5*time.Second, 5*time.Millisecond,
+		"a scrape that answers brings it back")
 }

@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/gpuworker"
 )
 
 // TestShutdownEndsOpenStreamsWithAnErrorEvent: on SIGTERM (the context
@@ -47,4 +51,47 @@ func TestShutdownEndsOpenStreamsWithAnErrorEvent(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server did not stop")
 	}
+}
+
+// TestReadyOnlyWhileABackendAnswers: /readyz is 503 while every backend
+// refuses connections (the scrape finds them down before any request
+// does), and 200 once one answers.
+func TestReadyOnlyWhileABackendAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	cfg := writeConfig(t, "listen: 127.0.0.1:0\nscrape:\n  interval: 20ms\n  timeout: 15ms\nmodels:\n  - name: m\n    backends:\n      - url: http://"+addr+"\n")
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverOptions{path: cfg, drain: time.Second, ready: ready, log: slog.New(slog.DiscardHandler)})
+	}()
+	sluice := <-ready
+	status := func() int {
+		res, err := http.Get("http://" + sluice + "/readyz")
+		require.NoError(t, err)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Eventually(t, func() bool { return status() == http.StatusServiceUnavailable }, 5*time.Second, 10*time.Millisecond)
+
+	w, err := gpuworker.New(gpuworker.Options{Model: "m"})
+	require.NoError(t, err)
+	wctx, wstop := context.WithCancel(context.Background())
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(wctx) }()
+	wl, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	srv := &http.Server{Handler: w.Handler()}
+	go func() { _ = srv.Serve(wl) }()
+	require.Eventually(t, func() bool { return status() == http.StatusOK }, 5*time.Second, 10*time.Millisecond)
+
+	stop()
+	require.NoError(t, <-done)
+	_ = srv.Close()
+	wstop()
+	require.NoError(t, <-wdone)
+	http.DefaultClient.CloseIdleConnections()
 }
