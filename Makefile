@@ -66,9 +66,13 @@ fidelity: build
 	./deploy/fidelity.sh
 
 ## fuzz: a short run of each fuzz target
+FUZZTIME ?= 20s
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzParseInference -fuzztime=20s ./router
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=20s ./configs
+	$(GO) test -run='^$$' -fuzz=FuzzParseInference -fuzztime=$(FUZZTIME) ./router
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./configs
+	$(GO) test -run='^$$' -fuzz=FuzzAskUsage -fuzztime=$(FUZZTIME) ./router/usage
+	$(GO) test -run='^$$' -fuzz=FuzzStrip -fuzztime=$(FUZZTIME) ./router/measure
+	$(GO) test -run='^$$' -fuzz=FuzzJSONScan -fuzztime=$(FUZZTIME) ./router/measure
 
 clean:
 	rm -rf $(BIN)
