@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,6 +37,7 @@ func serve(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", "", "listen address; overrides the config's listen")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	drain := fs.Duration("shutdown-timeout", 30*time.Second, "how long open requests may finish on shutdown")
+	watch := fs.Duration("watch", 2*time.Second, "poll the config file this often and reload it when it changes (0 turns it off; SIGHUP always reloads)")
 	redisURL := fs.String("redis-url", os.Getenv("SLUICE_REDIS_URL"),
 		"Redis for limits shared across replicas; overrides limits.redis_url (default $SLUICE_REDIS_URL)")
 	if err := fs.Parse(args); err != nil {
@@ -58,7 +60,8 @@ func serve(args []string, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	if err := runServer(ctx, serverOptions{path: *path, listen: *listen, redisURL: *redisURL, drain: *drain, log: log, reload: hup}); err != nil {
+	if err := runServer(ctx, serverOptions{path: *path, listen: *listen, redisURL: *redisURL, drain: *drain, log: log, reload: hup,
+		watchEvery: *watch}); err != nil {
 		log.Error("sluice stopped", "err", err)
 		return 1
 	}
@@ -69,9 +72,12 @@ type serverOptions struct {
 	path     string
 	listen   string
 	redisURL string // overrides limits.redis_url when set
-	drain    time.Duration
-	log      *slog.Logger
-	reload   <-chan os.Signal
+	// watchEvery, when positive, polls the config file this often and
+	// reloads it when it changes.
+	watchEvery time.Duration
+	drain      time.Duration
+	log        *slog.Logger
+	reload     <-chan os.Signal
 	// ready, if set, receives the bound address once the server accepts
 	// connections (tests use it).
 	ready chan<- string
@@ -217,6 +223,13 @@ func runServer(ctx context.Context, o serverOptions) error {
 		o.ready <- ln.Addr().String()
 	}
 
+	fileChanged := make(chan struct{}, 1)
+	if o.watchEvery > 0 {
+		wctx, stopWatch := context.WithCancel(ctx)
+		var watching sync.WaitGroup
+		watching.Go(func() { watcher{path: o.path, every: o.watchEvery}.Run(wctx, fileChanged) })
+		defer func() { stopWatch(); watching.Wait() }()
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -225,6 +238,9 @@ func runServer(ctx context.Context, o serverOptions) error {
 		case err := <-served:
 			return fmt.Errorf("serve: %w", err)
 		case <-o.reload:
+			reloadTable(o, reg, eps, rt, scraper, cfg, shared)
+		case <-fileChanged:
+			o.log.Info("config file changed; reloading", "path", o.path)
 			reloadTable(o, reg, eps, rt, scraper, cfg, shared)
 		case <-ctx.Done():
 			o.log.Info("shutting down", "drain", o.drain)

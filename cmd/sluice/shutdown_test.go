@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +96,43 @@ func TestReadyOnlyWhileABackendAnswers(t *testing.T) {
 	_ = srv.Close()
 	wstop()
 	require.NoError(t, <-wdone)
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestEditedConfigIsReloaded: with --watch, an edit to the file is applied
+// without a signal, and an edit that breaks the file keeps the running
+// config serving.
+func TestEditedConfigIsReloaded(t *testing.T) {
+	a, b := startWorker(t, "a"), startWorker(t, "b")
+	base := "listen: 127.0.0.1:0\nmodels:\n  - name: a\n    backends:\n      - url: " + a.URL + "\n"
+	path := writeConfig(t, base)
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverOptions{path: path, drain: time.Second, ready: ready, watchEvery: 20 * time.Millisecond,
+			log: slog.New(slog.DiscardHandler)})
+	}()
+	addr := <-ready
+	models := func() string {
+		res, err := http.Get("http://" + addr + "/v1/models")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var out struct{ Data []struct{ ID string } }
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
+		var ids []string
+		for _, m := range out.Data {
+			ids = append(ids, m.ID)
+		}
+		return strings.Join(ids, ",")
+	}
+	assert.Equal(t, "a", models())
+	require.NoError(t, os.WriteFile(path, []byte(base+"  - name: b\n    backends:\n      - url: "+b.URL+"\n"), 0o600))
+	require.Eventually(t, func() bool { return models() == "a,b" }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, os.WriteFile(path, []byte("models: [oops"), 0o600))
+	time.Sleep(100 * time.Millisecond) // several polls: the broken file is seen and refused
+	assert.Equal(t, "a,b", models(), "a bad edit keeps the running config")
+	stop()
+	require.NoError(t, <-done)
 	http.DefaultClient.CloseIdleConnections()
 }
