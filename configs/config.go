@@ -115,6 +115,11 @@ type Model struct {
 	Params map[string]any `yaml:"params"`
 	// Backends lists the servers for this model. At least one.
 	Backends []Backend `yaml:"backends"`
+	// Fallbacks names other models, in order, that serve this model's
+	// requests while none of its backends is in routing (all down, held
+	// out or breakers open). The request's "model" is rewritten to the
+	// fallback's name. Default none.
+	Fallbacks []string `yaml:"fallbacks"`
 	// Admission holds requests in the router while the model's backends
 	// are at their budget, and sheds by service class beyond it. Off
 	// unless max_in_flight_per_backend (or a backend's max_in_flight) is set.

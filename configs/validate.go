@@ -108,6 +108,20 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	names := make(map[string]bool, len(c.Models))
+	for _, m := range c.Models {
+		names[m.Name] = true
+	}
+	for i, m := range c.Models {
+		for j, fb := range m.Fallbacks {
+			switch {
+			case fb == m.Name:
+				bad(fmt.Sprintf("models[%d].fallbacks[%d]", i, j), "a model cannot fall back to itself")
+			case !names[fb]:
+				bad(fmt.Sprintf("models[%d].fallbacks[%d]", i, j), "%q is not one of the config's models", fb)
+			}
+		}
+	}
 	for i, m := range c.Models {
 		p := fmt.Sprintf("models[%d].admission", i)
 		a := m.Admission

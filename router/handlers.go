@@ -63,6 +63,14 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) e
 		return &modelNotFoundError{model: req.model} // the same answer: a tenant cannot probe
 	}
 	*model = req.model
+	if fb := rt.fallback(rte, tenant); fb != nil {
+		edited, err := usage.SetModel(body, fb.Pool.Model())
+		if err != nil {
+			return err
+		}
+		rt.metrics.fallbacks.WithLabelValues(req.model, fb.Pool.Model()).Inc()
+		body, rte, req.model = edited, fb, fb.Pool.Model()
+	}
 	session := r.Header.Get(rt.sessionHeader)
 	if session == "" {
 		session = req.user
@@ -131,6 +139,27 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) e
 		rt.metrics.tokens.WithLabelValues(tenant.Tier, "output").Add(float64(used.Output))
 	}()
 	return rt.forward(w, r, rte, &preq, body, strip, ticket, &out)
+}
+
+// fallback returns the route that takes rte's requests while none of its
+// endpoints is in routing: its first fallback the tenant may use that has
+// one; nil when rte has an endpoint in routing or no fallback does.
+func (rt *Router) fallback(rte *Route, t *auth.Tenant) *Route {
+	if len(rte.Fallbacks) == 0 {
+		return nil
+	}
+	now := rt.now()
+	if len(rte.Pool.Available(nil, now)) > 0 {
+		return nil
+	}
+	table := rt.table.Load()
+	for _, name := range rte.Fallbacks {
+		fb := table.routes[name]
+		if fb != nil && (t == nil || t.Allows(name)) && len(fb.Pool.Available(nil, now)) > 0 {
+			return fb
+		}
+	}
+	return nil
 }
 
 // serviceClass resolves the request's service_tier against its tenant's

@@ -85,3 +85,18 @@ func TestSlowBodyLosesItsRequest(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
+
+func TestFallbackModelWhenNoBackendIsInRouting(t *testing.T) {
+	small := startWorker(t, "small", "instant", 0)
+	dead := deadURL(t)
+	s := startSluice(t, router.Options{},
+		routeSpec{model: "big", urls: []string{dead}, fallbacks: []string{"small"}},
+		routeSpec{model: "small", urls: []string{small.srv.URL}})
+	c := s.client(t)
+	_, err := c.Chat.Completions.New(context.Background(), chatParams("big"))
+	require.Error(t, err, "the dead backend is found dead by this request: it was in routing")
+	res, err := c.Chat.Completions.New(context.Background(), chatParams("big"))
+	require.NoError(t, err, "held out now: the fallback serves")
+	assert.Equal(t, "small", res.Model)
+	assert.Contains(t, scrape(t, s), `sluice_fallbacks_total{model="big",to="small"} 1`)
+}

@@ -72,6 +72,7 @@ type routeSpec struct {
 	// budget, when positive, puts an admission gate on the route with this
 	// many requests in flight per backend and a queue of queue (default 64).
 	budget, queue int
+	fallbacks     []string
 }
 
 func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice {
@@ -96,7 +97,7 @@ func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice 
 			picker, err = leastrequest.New(nil)
 		}
 		require.NoError(t, err)
-		route := &router.Route{Pool: pool, Picker: picker}
+		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: sp.fallbacks}
 		if sp.budget > 0 {
 			route.Gate, err = admission.NewGate(pool, picker, admission.Options{
 				Budget: func(*backends.Endpoint) int { return sp.budget }, QueueSize: cmp.Or(sp.queue, 64)})

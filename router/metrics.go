@@ -14,6 +14,7 @@ type metrics struct {
 	tokens   *prometheus.CounterVec   // tier, kind
 
 	retries       *prometheus.CounterVec   // reason
+	fallbacks     *prometheus.CounterVec   // model, to
 	admissionWait *prometheus.HistogramVec // model, class
 	shed          *prometheus.CounterVec   // model, class, reason
 }
@@ -45,6 +46,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_upstream_retries_total",
 			Help: "Requests tried again on another backend, by how the attempt before failed.",
 		}, []string{"reason"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_fallbacks_total",
+			Help: "Requests served by a fallback model because none of their model's backends was in routing, by model and fallback.",
+		}, []string{"model", "to"}),
 		admissionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_admission_wait_seconds",
 			Help:    "Time admitted requests waited in the router's admission queue, by model and service class.",
@@ -55,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests the admission queue shed, by model, service class and reason (queue full, waited too long).",
 		}, []string{"model", "class", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight, m.tokens, m.retries, m.admissionWait, m.shed} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight, m.tokens, m.retries, m.fallbacks, m.admissionWait, m.shed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -34,6 +34,9 @@ type Route struct {
 	// while every backend is at its budget and are bound late, through
 	// the gate (which picks with the same Picker).
 	Gate *admission.Gate
+	// Fallbacks name other routes of the table, in order, that take this
+	// route's requests while none of its endpoints is in routing.
+	Fallbacks []string
 }
 
 // Table is an immutable routing table: model name to route. A reload builds
@@ -57,6 +60,13 @@ func NewTable(routes []*Route) (*Table, error) {
 		}
 		t.routes[m] = r
 		t.order = append(t.order, m)
+	}
+	for _, r := range routes {
+		for _, fb := range r.Fallbacks {
+			if t.routes[fb] == nil {
+				return nil, errors.New("router: model " + r.Pool.Model() + " falls back to " + fb + ", which is not routed")
+			}
+		}
 	}
 	return t, nil
 }

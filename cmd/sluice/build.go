@@ -78,7 +78,7 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 			errs = append(errs, &configs.FieldError{Field: p, Message: err.Error()})
 			continue
 		}
-		route := &router.Route{Pool: pool, Picker: picker}
+		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: m.Fallbacks}
 		if m.AdmissionOn() {
 			if route.Gate, err = newGate(m, pool, picker, list, shared); err != nil {
 				errs = append(errs, &configs.FieldError{Field: p + ".admission", Message: err.Error()})

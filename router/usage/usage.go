@@ -54,6 +54,23 @@ func AskUsage(body []byte) (out []byte, injected bool, err error) {
 	return splice(body, opts.value, opts.valueEnd, "", "true"), true, nil
 }
 
+// SetModel returns a copy of body whose top-level "model" is name (a
+// request falling back to another model's pool).
+func SetModel(body []byte, name string) ([]byte, error) {
+	top, err := scanObject(body, jsonscan.SkipSpace(body, 0), "model")
+	if err != nil {
+		return nil, err
+	}
+	v, err := json.Marshal(name)
+	if err != nil {
+		return nil, err
+	}
+	if top.value < 0 {
+		return top.insert(body, `"model":`+string(v)), nil
+	}
+	return splice(body, top.value, top.valueEnd, "", string(v)), nil
+}
+
 // object locates the parts of a JSON object that an edit needs.
 type object struct {
 	value, valueEnd int // the value of the last member with the key sought, or -1

@@ -128,3 +128,14 @@ func BenchmarkAskUsage(b *testing.B) {
 		}
 	}
 }
+
+func TestSetModel(t *testing.T) {
+	out, err := SetModel([]byte(`{"model":"a","messages":[{"content":"model"}],"n":1}`), "fallback/b")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"model":"fallback/b","messages":[{"content":"model"}],"n":1}`, string(out))
+	out, err = SetModel([]byte(` { "x" : 1 } `), "b")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"x":1,"model":"b"}`, string(out))
+	_, err = SetModel([]byte(`[1]`), "b")
+	assert.ErrorIs(t, err, ErrNotObject)
+}
