@@ -29,6 +29,9 @@ type Endpoint struct {
 	// out of routing (0: not open).
 	breaker          atomic.Pointer[Breaker]
 	breakerOpenUntil atomic.Int64
+	// drained keeps the endpoint out of routing (an operator's drain);
+	// its requests in flight finish.
+	drained atomic.Bool
 
 	sig signals
 }
@@ -111,8 +114,15 @@ func (e *Endpoint) Available(now time.Time) bool {
 	n := now.UnixNano()
 	d := e.downUntil.Load()
 	b := e.breakerOpenUntil.Load()
-	return (d == 0 || n >= d) && (b == 0 || n >= b)
+	return (d == 0 || n >= d) && (b == 0 || n >= b) && !e.drained.Load()
 }
+
+// SetDrained takes the endpoint out of routing (its requests in flight
+// finish) or puts it back.
+func (e *Endpoint) SetDrained(on bool) { e.drained.Store(on) }
+
+// Drained reports whether an operator drained the endpoint.
+func (e *Endpoint) Drained() bool { return e.drained.Load() }
 
 // Breaker is the endpoint's circuit breaker, nil when it has none.
 func (e *Endpoint) Breaker() *Breaker { return e.breaker.Load() }

@@ -68,6 +68,16 @@ func (r *Registry) SetBreakers(s BreakerSettings) { r.breakers = &s }
 // NewRegistry returns an empty endpoint registry.
 func NewRegistry() *Registry { return &Registry{byAddr: map[string]*Endpoint{}} }
 
+// Lookup returns the endpoint for rawURL if the registry has made it.
+func (r *Registry) Lookup(rawURL string) (*Endpoint, bool) {
+	e, err := NewEndpoint(rawURL, 1)
+	if err != nil {
+		return nil, false
+	}
+	old, ok := r.byAddr[e.Address()]
+	return old, ok
+}
+
 // Get returns the endpoint for rawURL, creating it on first use.
 func (r *Registry) Get(rawURL string, weight int) (*Endpoint, error) {
 	e, err := NewEndpoint(rawURL, weight)

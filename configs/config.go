@@ -25,6 +25,8 @@ type Config struct {
 	// for session affinity; without it the OpenAI "user" field is used.
 	// Default "X-Session-Id"; must be a valid header name.
 	SessionHeader string `yaml:"session_header"`
+	// Admin configures the operator API (restart to change).
+	Admin Admin `yaml:"admin"`
 	// Models lists the served models, each with its own backend pool. At least one.
 	Models []Model `yaml:"models"`
 	// Tiers are the named quota tiers tenants refer to. Optional, but
@@ -124,6 +126,18 @@ type Model struct {
 	// are at their budget, and sheds by service class beyond it. Off
 	// unless max_in_flight_per_backend (or a backend's max_in_flight) is set.
 	Admission Admission `yaml:"admission"`
+}
+
+// Admin configures the operator API: backends with their live state, add,
+// remove and drain a backend, reload, the effective config. It is served
+// only when the environment variable token_env holds a token, which callers
+// send as "Authorization: Bearer TOKEN".
+type Admin struct {
+	// Listen is its own address. Default "127.0.0.1:8081".
+	Listen string `yaml:"listen"`
+	// TokenEnv names the environment variable holding the token. Default
+	// "SLUICE_ADMIN_TOKEN".
+	TokenEnv string `yaml:"token_env"`
 }
 
 // ServiceClasses returns the service classes, best first, as OpenAI's

@@ -38,6 +38,12 @@ func DefaultScrapeTimeout(interval time.Duration) time.Duration { return interva
 // one place defaults are set; applyTenantDefaults, which it calls, holds the
 // part for tiers, tenants and the limit store.
 func (c *Config) ApplyDefaults() {
+	if c.Admin.Listen == "" {
+		c.Admin.Listen = "127.0.0.1:8081"
+	}
+	if c.Admin.TokenEnv == "" {
+		c.Admin.TokenEnv = "SLUICE_ADMIN_TOKEN"
+	}
 	for i := range c.Models {
 		a := &c.Models[i].Admission
 		if a.QueueSize == 0 {

@@ -31,6 +31,9 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "want host:port, got %q", c.Listen)
 	}
+	if _, _, err := net.SplitHostPort(c.Admin.Listen); err != nil {
+		bad("admin.listen", "want host:port, got %q", c.Admin.Listen)
+	}
 	if c.MaxBodyBytes < 0 {
 		bad("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
 	}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -20,11 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-llm/sluice/backends"
-	"github.com/sluice-llm/sluice/backends/loadscrape"
 	"github.com/sluice-llm/sluice/configs"
-	"github.com/sluice-llm/sluice/policies"
 	"github.com/sluice-llm/sluice/router"
-	"github.com/sluice-llm/sluice/router/auth"
 	"github.com/sluice-llm/sluice/router/proxy"
 )
 
@@ -223,6 +219,13 @@ func runServer(ctx context.Context, o serverOptions) error {
 		o.ready <- ln.Addr().String()
 	}
 
+	live := &runtime{path: o.path, log: o.log, reg: reg, eps: eps, rt: rt, scraper: scraper, shared: shared,
+		started: cfg, current: cfg}
+	if stopAdmin, err := serveAdmin(cfg, live, o.log); err != nil {
+		return err
+	} else if stopAdmin != nil {
+		defer stopAdmin()
+	}
 	fileChanged := make(chan struct{}, 1)
 	if o.watchEvery > 0 {
 		wctx, stopWatch := context.WithCancel(ctx)
@@ -238,10 +241,10 @@ func runServer(ctx context.Context, o serverOptions) error {
 		case err := <-served:
 			return fmt.Errorf("serve: %w", err)
 		case <-o.reload:
-			reloadTable(o, reg, eps, rt, scraper, cfg, shared)
+			_ = live.Reload() // logged; a bad file keeps the running config
 		case <-fileChanged:
 			o.log.Info("config file changed; reloading", "path", o.path)
-			reloadTable(o, reg, eps, rt, scraper, cfg, shared)
+			_ = live.Reload()
 		case <-ctx.Done():
 			o.log.Info("shutting down", "drain", o.drain)
 			sctx, cancel := context.WithTimeout(context.Background(), o.drain)
@@ -265,40 +268,4 @@ func runServer(ctx context.Context, o serverOptions) error {
 			return nil
 		}
 	}
-}
-
-// reloadTable re-reads the config and swaps in the new routing table and
-// the scraper's endpoint set, or logs every problem and keeps the running
-// ones. Settings read only at start (listen, scrape, session_header) are
-// kept, with a warning when the file changed them.
-func reloadTable(o serverOptions, reg *policies.Registry, eps *backends.Registry, rt *router.Router,
-	scraper *loadscrape.Scraper, running *configs.Config, shared *sharedAdmission) {
-	cfg, err := configs.Load(o.path)
-	if err == nil {
-		var t *router.Table
-		var endpoints []*backends.Endpoint
-		var dir *auth.Directory
-		if t, endpoints, err = buildTable(cfg, reg, eps, shared); err == nil {
-			dir, err = buildTenants(cfg)
-		}
-		if err == nil {
-			err = rt.SetTenants(dir)
-		}
-		if err == nil {
-			rt.SetTable(t)
-			if scraper != nil {
-				scraper.SetEndpoints(endpoints)
-			}
-			if cfg.Listen != running.Listen {
-				o.log.Warn("reload: listen address changes need a restart", "running", running.Listen, "config", cfg.Listen)
-			}
-			if !reflect.DeepEqual(cfg.Scrape, running.Scrape) || cfg.SessionHeader != running.SessionHeader ||
-				!reflect.DeepEqual(cfg.Limits, running.Limits) {
-				o.log.Warn("reload: scrape, session_header and limits changes need a restart")
-			}
-			o.log.Info("config reloaded", "models", len(cfg.Models))
-			return
-		}
-	}
-	o.log.Error("config reload failed; keeping the running config", "err", err)
 }

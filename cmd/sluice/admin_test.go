@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAdminAPI(t *testing.T) {
+	t.Setenv("SLUICE_ADMIN_TOKEN", "admin-secret")
+	a, b := startWorker(t, "m"), startWorker(t, "m")
+	path := writeConfig(t, "listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nscrape:\n  enabled: false\nmodels:\n  - name: m\n    backends:\n      - url: "+a.URL+"\n        api_key: backend-secret\n")
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() {
+		done <- runServer(ctx, serverOptions{path: path, drain: time.Second, ready: ready, log: slog.New(slog.NewTextHandler(&logs, nil))})
+	}()
+	<-ready
+	var adminAddr string
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`admin API listening" addr=(\S+)`).FindStringSubmatch(logs.String())
+		if m != nil {
+			adminAddr = m[1]
+		}
+		return m != nil
+	}, 5*time.Second, 5*time.Millisecond)
+	call := func(method, route, token, body string) (int, string) {
+		req, err := http.NewRequest(method, "http://"+adminAddr+route, strings.NewReader(body))
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		out, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(out)
+	}
+	backends := func() []map[string]any {
+		code, body := call("GET", "/admin/backends", "admin-secret", "")
+		require.Equal(t, http.StatusOK, code, body)
+		var out struct{ Backends []map[string]any }
+		require.NoError(t, json.Unmarshal([]byte(body), &out))
+		return out.Backends
+	}
+
+	code, _ := call("GET", "/admin/backends", "", "")
+	assert.Equal(t, http.StatusUnauthorized, code)
+	code, _ = call("GET", "/admin/backends", "wrong", "")
+	assert.Equal(t, http.StatusUnauthorized, code)
+	require.Len(t, backends(), 1)
+
+	code, body := call("POST", "/admin/backends", "admin-secret", `{"model":"m","url":"`+b.URL+`"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Len(t, backends(), 2)
+	code, _ = call("POST", "/admin/backends", "admin-secret", `{"model":"m","url":"http://127.0.0.1:99999"}`)
+	assert.Equal(t, http.StatusUnprocessableEntity, code, "an invalid change is refused whole")
+	code, _ = call("POST", "/admin/backends", "admin-secret", `{"model":"nope","url":"`+b.URL+`"}`)
+	assert.Equal(t, http.StatusNotFound, code)
+	require.Len(t, backends(), 2)
+
+	code, _ = call("POST", "/admin/backends/drain", "admin-secret", `{"model":"m","url":"`+b.URL+`"}`)
+	require.Equal(t, http.StatusOK, code)
+	for _, be := range backends() {
+		assert.Equal(t, be["url"] != b.URL, be["in_routing"], "%v", be)
+	}
+	code, _ = call("DELETE", "/admin/backends", "admin-secret", `{"model":"m","url":"`+b.URL+`"}`)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, backends(), 1)
+
+	code, body = call("GET", "/admin/config", "admin-secret", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "REDACTED")
+	assert.NotContains(t, body, "backend-secret")
+
+	code, _ = call("POST", "/admin/reload", "admin-secret", "")
+	assert.Equal(t, http.StatusOK, code)
+	stop()
+	require.NoError(t, <-done)
+	http.DefaultClient.CloseIdleConnections()
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/sluice-llm/sluice/configs"
+	"github.com/sluice-llm/sluice/router/admin"
+)
+
+// serveAdmin starts the admin API on its own listener when its token is
+// set, and returns the function that stops it (nil when it is off).
+func serveAdmin(c *configs.Config, live admin.Runtime, log *slog.Logger) (func(), error) {
+	token := os.Getenv(c.Admin.TokenEnv)
+	if token == "" {
+		log.Info("admin API off: set " + c.Admin.TokenEnv + " to a token to serve it on " + c.Admin.Listen)
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", c.Admin.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("admin listen: %w", err)
+	}
+	srv := &http.Server{Handler: admin.Handler(live, token), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	log.Info("admin API listening", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("admin API stopped", "err", err)
+		}
+	}, nil
+}

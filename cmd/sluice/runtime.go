@@ -1,0 +1,225 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/backends/loadscrape"
+	"github.com/sluice-llm/sluice/configs"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/router"
+	"github.com/sluice-llm/sluice/router/admin"
+	"github.com/sluice-llm/sluice/router/auth"
+)
+
+// runtime owns the running config: reloads (SIGHUP, a file edit, the admin
+// API) and the admin API's changes all go through it, one at a time, and
+// each is validated and built whole before it replaces what serves (a bad
+// one changes nothing).
+type runtime struct {
+	mu      sync.Mutex
+	path    string
+	log     *slog.Logger
+	reg     *policies.Registry
+	eps     *backends.Registry
+	rt      *router.Router
+	scraper *loadscrape.Scraper
+	shared  *sharedAdmission
+	started *configs.Config // settings read only at start
+	current *configs.Config // what serves now
+}
+
+var _ admin.Runtime = (*runtime)(nil)
+
+// Reload re-reads the config file; admin changes not written to the file
+// are replaced by it.
+func (r *runtime) Reload() error {
+	cfg, err := configs.Load(r.path)
+	if err != nil {
+		r.log.Error("config reload failed; keeping the running config", "err", err)
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.applyLocked(cfg, "config reloaded")
+}
+
+// applyLocked builds cfg and swaps it in, or logs why not and keeps what
+// serves.
+func (r *runtime) applyLocked(cfg *configs.Config, what string) error {
+	t, endpoints, err := buildTable(cfg, r.reg, r.eps, r.shared)
+	var dir *auth.Directory
+	if err == nil {
+		dir, err = buildTenants(cfg)
+	}
+	if err == nil {
+		err = r.rt.SetTenants(dir)
+	}
+	if err != nil {
+		r.log.Error(what+" failed; keeping the running config", "err", err)
+		return err
+	}
+	r.rt.SetTable(t)
+	if r.scraper != nil {
+		r.scraper.SetEndpoints(endpoints)
+	}
+	s := r.started
+	if cfg.Listen != s.Listen {
+		r.log.Warn("listen address changes need a restart", "running", s.Listen, "config", cfg.Listen)
+	}
+	if !reflect.DeepEqual(cfg.Scrape, s.Scrape) || cfg.SessionHeader != s.SessionHeader ||
+		!reflect.DeepEqual(cfg.Limits, s.Limits) || !reflect.DeepEqual(cfg.Upstream, s.Upstream) ||
+		cfg.MaxBodyBytes != s.MaxBodyBytes {
+		r.log.Warn("scrape, session_header, limits, upstream and max_body_bytes changes need a restart")
+	}
+	r.current = cfg
+	r.log.Info(what, "models", len(cfg.Models))
+	return nil
+}
+
+// edit applies change to a copy of the running config, validates and
+// applies it.
+func (r *runtime) edit(change func(*configs.Config) error, what string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, err := yaml.Marshal(r.current)
+	if err != nil {
+		return err
+	}
+	var c configs.Config
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		return err
+	}
+	if err := change(&c); err != nil {
+		return err
+	}
+	if b, err = yaml.Marshal(&c); err != nil {
+		return err
+	}
+	cfg, err := configs.Parse(b)
+	if err != nil {
+		return err
+	}
+	return r.applyLocked(cfg, what)
+}
+
+func (r *runtime) model(c *configs.Config, name string) (*configs.Model, error) {
+	for i := range c.Models {
+		if c.Models[i].Name == name {
+			return &c.Models[i], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: model %q", admin.ErrNotFound, name)
+}
+
+// AddBackend adds url to model's backends.
+func (r *runtime) AddBackend(model, url string, weight int) error {
+	return r.edit(func(c *configs.Config) error {
+		m, err := r.model(c, model)
+		if err != nil {
+			return err
+		}
+		m.Backends = append(m.Backends, configs.Backend{URL: url, Weight: weight})
+		return nil
+	}, "backend added")
+}
+
+// RemoveBackend removes url from model's backends; its requests in flight
+// finish.
+func (r *runtime) RemoveBackend(model, url string) error {
+	return r.edit(func(c *configs.Config) error {
+		m, err := r.model(c, model)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(m.Backends, func(b configs.Backend) bool { return b.URL == url })
+		if i < 0 {
+			return fmt.Errorf("%w: backend %q of model %q", admin.ErrNotFound, url, model)
+		}
+		m.Backends = slices.Delete(m.Backends, i, i+1)
+		return nil
+	}, "backend removed")
+}
+
+// Drain takes url out of routing (or puts it back) without changing the
+// config: every model it serves stops sending it requests.
+func (r *runtime) Drain(model, url string, on bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, err := r.model(r.current, model)
+	if err != nil {
+		return err
+	}
+	e, ok := r.eps.Lookup(url)
+	if !ok || !slices.ContainsFunc(m.Backends, func(b configs.Backend) bool { return b.URL == url }) {
+		return fmt.Errorf("%w: backend %q of model %q", admin.ErrNotFound, url, model)
+	}
+	e.SetDrained(on)
+	r.log.Info("backend drained", "backend", e.Address(), "drained", on)
+	return nil
+}
+
+// Backends lists every model's backends with their live state.
+func (r *runtime) Backends() []admin.Backend {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []admin.Backend
+	for _, m := range r.current.Models {
+		for _, b := range m.Backends {
+			e, ok := r.eps.Lookup(b.URL)
+			if !ok {
+				continue
+			}
+			v := admin.Backend{Model: m.Name, URL: e.Address(), Weight: e.Weight(), InRouting: e.Available(time.Now()),
+				Drained: e.Drained(), Breaker: "none", InFlight: e.InFlight(),
+				TTFTMillis: float64(e.TTFT().Microseconds()) / 1000, TokensPerSec: e.TokensPerSec()}
+			if br := e.Breaker(); br != nil {
+				v.Breaker = br.State()
+			}
+			if l := e.Load(); l != nil {
+				v.Waiting, v.Running = &l.Waiting, &l.Running
+				if l.KVUsage >= 0 {
+					v.KVUsage = &l.KVUsage
+				}
+			}
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Config is the running config as YAML with its secrets redacted.
+func (r *runtime) Config() ([]byte, error) {
+	r.mu.Lock()
+	b, err := yaml.Marshal(r.current)
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	var c configs.Config
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		return nil, err
+	}
+	for i := range c.Models {
+		for j := range c.Models[i].Backends {
+			if c.Models[i].Backends[j].APIKey != "" {
+				c.Models[i].Backends[j].APIKey = "REDACTED"
+			}
+		}
+	}
+	if u, err := url.Parse(c.Limits.RedisURL); err == nil && u.User != nil {
+		if _, set := u.User.Password(); set {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+			c.Limits.RedisURL = u.String()
+		}
+	}
+	return yaml.Marshal(&c)
+}

@@ -1,0 +1,133 @@
+package admin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// Backend is one backend of one model as the admin API shows it.
+type Backend struct {
+	Model        string   `json:"model"`
+	URL          string   `json:"url"`
+	Weight       int      `json:"weight"`
+	InRouting    bool     `json:"in_routing"`
+	Drained      bool     `json:"drained"`
+	Breaker      string   `json:"breaker"`
+	InFlight     int64    `json:"in_flight"`
+	Waiting      *int     `json:"waiting"`
+	Running      *int     `json:"running"`
+	KVUsage      *float64 `json:"kv_usage"`
+	TTFTMillis   float64  `json:"ttft_ms"`
+	TokensPerSec float64  `json:"tokens_per_sec"`
+}
+
+// Runtime is what the admin API reads and changes.
+type Runtime interface {
+	Backends() []Backend
+	AddBackend(model, url string, weight int) error
+	RemoveBackend(model, url string) error
+	// Drain takes the backend out of routing (its requests in flight
+	// finish) or, with on false, puts it back.
+	Drain(model, url string, on bool) error
+	// Reload re-reads the config file.
+	Reload() error
+	// Config is the effective config with secrets redacted.
+	Config() ([]byte, error)
+}
+
+// ErrNotFound is a model or backend the runtime does not have.
+var ErrNotFound = errors.New("admin: no such model or backend")
+
+// Handler serves the admin API for rt to callers presenting token.
+func Handler(rt Runtime, token string) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			got, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+			sum := sha256.Sum256([]byte(got))
+			if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				fail(w, http.StatusUnauthorized, "a valid admin token is required (Authorization: Bearer TOKEN)")
+				return
+			}
+			next.ServeHTTP(w, req)
+		})
+	})
+	r.Get("/admin/backends", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"backends": rt.Backends()})
+	})
+	type target struct {
+		Model  string `json:"model"`
+		URL    string `json:"url"`
+		Weight int    `json:"weight"`
+	}
+	read := func(w http.ResponseWriter, req *http.Request) (target, bool) {
+		var t target
+		dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&t); err != nil || t.Model == "" || t.URL == "" {
+			fail(w, http.StatusBadRequest, `want {"model": NAME, "url": URL[, "weight": N]}`)
+			return t, false
+		}
+		return t, true
+	}
+	r.Post("/admin/backends", func(w http.ResponseWriter, req *http.Request) {
+		if t, ok := read(w, req); ok {
+			answer(w, rt.AddBackend(t.Model, t.URL, t.Weight))
+		}
+	})
+	r.Delete("/admin/backends", func(w http.ResponseWriter, req *http.Request) {
+		if t, ok := read(w, req); ok {
+			answer(w, rt.RemoveBackend(t.Model, t.URL))
+		}
+	})
+	r.Post("/admin/backends/drain", func(w http.ResponseWriter, req *http.Request) {
+		if t, ok := read(w, req); ok {
+			answer(w, rt.Drain(t.Model, t.URL, true))
+		}
+	})
+	r.Post("/admin/backends/undrain", func(w http.ResponseWriter, req *http.Request) {
+		if t, ok := read(w, req); ok {
+			answer(w, rt.Drain(t.Model, t.URL, false))
+		}
+	})
+	r.Post("/admin/reload", func(w http.ResponseWriter, _ *http.Request) { answer(w, rt.Reload()) })
+	r.Get("/admin/config", func(w http.ResponseWriter, _ *http.Request) {
+		b, err := rt.Config()
+		if err != nil {
+			fail(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(b)
+	})
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { fail(w, http.StatusNotFound, "no such admin route") })
+	return r
+}
+
+func answer(w http.ResponseWriter, err error) {
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	case errors.Is(err, ErrNotFound):
+		fail(w, http.StatusNotFound, err.Error())
+	default: // the change was refused: the config it would make is invalid
+		fail(w, http.StatusUnprocessableEntity, err.Error())
+	}
+}
+
+func fail(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"message": msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
