@@ -36,18 +36,23 @@ func TestShutdownEndsOpenStreamsWithAnErrorEvent(t *testing.T) {
 	c := client(addr)
 	st := c.Chat.Completions.NewStreaming(context.Background(), chat("", 5000))
 	require.True(t, st.Next(), "the stream started")
-	short := make(chan error, 1)
-	go func() {
-		_, err := c.Chat.Completions.New(context.Background(), chat("", 3))
-		short <- err
-	}()
-	time.Sleep(20 * time.Millisecond) // the short request is in flight
+	const n = 20
+	short := make(chan error, n)
+	for range n { // non-streamed requests in flight when SIGTERM comes
+		go func() {
+			_, err := c.Chat.Completions.New(context.Background(), chat("", 20))
+			short <- err
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // they are in flight
 	stop()
 	for st.Next() {
 	}
 	require.Error(t, st.Err())
 	assert.Contains(t, st.Err().Error(), "shutting down")
-	assert.NoError(t, <-short, "a request that finishes within the drain time is not lost")
+	for range n {
+		assert.NoError(t, <-short, "a request that finishes within the drain time is not lost")
+	}
 	select {
 	case err := <-done:
 		assert.NoError(t, err)
