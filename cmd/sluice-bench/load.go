@@ -248,11 +248,14 @@ func (r loadReport) write(w io.Writer, ttft, tpot time.Duration, classes []admis
 	return nil
 }
 
-func (r loadReport) writeJSON(w io.Writer) error {
+func (r loadReport) writeJSON(w io.Writer) error { return writeIndented(w, r, "load") }
+
+// writeIndented writes v as indented JSON; what names it in an error.
+func writeIndented(w io.Writer, v any, what string) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(r); err != nil {
-		return fmt.Errorf("write load json: %w", err)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write %s json: %w", what, err)
 	}
 	return nil
 }

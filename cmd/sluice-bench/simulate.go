@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -378,14 +377,7 @@ func (f *simFlags) workloadName() string {
 	return f.workloadKind()
 }
 
-func (o simOutput) writeJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(o); err != nil {
-		return fmt.Errorf("write simulate json: %w", err)
-	}
-	return nil
-}
+func (o simOutput) writeJSON(w io.Writer) error { return writeIndented(w, o, "simulate") }
 
 // simResult is one policy's row: the load report's keys plus the
 // simulator's extras.

@@ -491,14 +491,7 @@ func readJSONFile(path string, v any) error {
 	return nil
 }
 
-func (o sweepOutput) writeJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(o); err != nil {
-		return fmt.Errorf("write sweep json: %w", err)
-	}
-	return nil
-}
+func (o sweepOutput) writeJSON(w io.Writer) error { return writeIndented(w, o, "sweep") }
 
 // curve is one line of the sweep: a policy, or one class of a policy, at
 // every point, in order.

@@ -203,9 +203,9 @@ func burstAs(t *testing.T, key string, addrs []string, n, c int) map[int]int {
 
 // TestReplicasShareOneLimitThroughRedis runs three sluice processes on one
 // Redis and checks that one tenant's burst spread over all three admits
-// what one replica admits, and what the tier says: 100 requests of 300
-// (the rate adds one a minute... one a second here, so a few more at most).
-// With the in-process store each replica would admit its own 100.
+// what one replica admits, and what the tier says: 100 requests of 300 (the
+// rate of one a second adds at most a few during the run). With the
+// in-process store each replica would admit its own 100.
 func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
