@@ -8,9 +8,14 @@
 # Prints per run the priority and flex rows and the shed counts, then the
 # same three scenarios simulated.
 #
+# With REPLICAS=3 the Sluice runs are that many processes sharing the
+# admission budgets through Redis at REDIS_URL, and the load is spread over
+# them in turn.
+#
 # Builds nothing: run `make build` first. Knobs (environment): H100S=1 L4S=2
 # SPEEDUP=1 LIGHT=0.5 OVER=1.3 REQUESTS=2000 MIX=priority=0.3,flex=0.7
-# BASE_PORT=19600 BIN=bin
+# REPLICAS=1 REDIS_URL=redis://127.0.0.1:6379/0 RUNS="light over over-noadm"
+# BASE_PORT=19600 BIN=bin KEEP=1 (keep the run's files)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=deploy/lib.sh
@@ -24,6 +29,8 @@ OVER=${OVER:-1.3}
 REQUESTS=${REQUESTS:-2000}
 MIX=${MIX:-priority=0.3,flex=0.7}
 BASE_PORT=${BASE_PORT:-19600}
+REPLICAS=${REPLICAS:-1}
+REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
 ROUTER_PORT=$((BASE_PORT - 1))
@@ -41,10 +48,19 @@ H100_BUDGET=$(sed -n 's/.*h100-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
 L4_BUDGET=$(sed -n 's/.*l4-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
 [ -n "$H100_BUDGET" ] && [ -n "$L4_BUDGET" ] || { echo "bench-classes-live: no budgets from the simulator ($budgets)" >&2; exit 1; }
 
-config() { # admission on|off
-	echo "listen: 127.0.0.1:$ROUTER_PORT"
+config() { # admission on|off, router port
+	echo "listen: 127.0.0.1:$2"
+	if [ "$REPLICAS" -gt 1 ]; then
+		echo "limits:"
+		echo "  redis_url: $REDIS_URL"
+		echo "  key_prefix: bench-classes-$$"
+	fi
 	echo "models:"
 	echo "  - name: $MODEL"
+	if [ "$REPLICAS" -gt 1 ]; then
+		echo "    admission:"
+		echo "      replicas: $REPLICAS"
+	fi
 	echo "    backends:"
 	local port=$BASE_PORT
 	for _ in $(seq "$H100S"); do
@@ -66,10 +82,15 @@ run() { # name, admission on|off, load
 	"$BIN/gpuworker" --listen "127.0.0.1:$((BASE_PORT + H100S))" --count "$L4S" --model "$MODEL" --profile l4-llama3-8b \
 		--speedup "$SPEEDUP" 2>>"$tmp/workers.log" & pids+=($!)
 	for p in $(seq "$BASE_PORT" $((BASE_PORT + H100S + L4S - 1))); do wait_for "http://127.0.0.1:$p/health"; done
-	config "$2" >"$tmp/$1.yaml"
-	"$BIN/sluice" serve --config "$tmp/$1.yaml" 2>"$tmp/$1.log" & pids+=($!)
-	wait_for "http://127.0.0.1:$ROUTER_PORT/readyz"
-	"$BIN/sluice-bench" load --target "http://127.0.0.1:$ROUTER_PORT" --model "$MODEL" --fleet "$FLEET" --load "$3" \
+	targets=()
+	for i in $(seq 0 $((REPLICAS - 1))); do
+		port=$((ROUTER_PORT - i))
+		config "$2" "$port" >"$tmp/$1-$i.yaml"
+		"$BIN/sluice" serve --config "$tmp/$1-$i.yaml" --watch 0 2>"$tmp/$1-$i.log" & pids+=($!)
+		wait_for "http://127.0.0.1:$port/readyz"
+		targets+=("http://127.0.0.1:$port")
+	done
+	"$BIN/sluice-bench" load --target "$(IFS=,; echo "${targets[*]}")" --model "$MODEL" --fleet "$FLEET" --load "$3" \
 		--requests "$REQUESTS" --duration 24h --mix "$MIX" --stream --quiet --seed 2 --time-scale "$SPEEDUP" \
 		--json "$tmp/$1.json" >/dev/null
 	"$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$3" --mix "$MIX" --seed 2 \
@@ -85,7 +106,7 @@ for r in $RUNS; do
 done
 stop_all
 
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX; admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET"
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX; admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]

@@ -87,7 +87,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&f.target, "target", "", "base `URL` of the endpoint, e.g. http://127.0.0.1:8000 (required)")
+	fs.StringVar(&f.target, "target", "", "base `URL` of the endpoint, e.g. http://127.0.0.1:8000 (required); several, comma-separated, share the requests in turn (router replicas)")
 	fs.StringVar(&f.model, "model", "", "model `name` to request (required)")
 	fs.Float64Var(&f.rate, "rate", 0, "mean arrival rate in requests/s; required without --trace; with --trace, rescales arrivals to this mean rate (0 keeps the trace's timing)")
 	fs.DurationVar(&f.duration, "duration", 0, "send arrivals for this long; 0 means 60s for synthetic load and the whole trace with --trace")

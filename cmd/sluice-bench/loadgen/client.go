@@ -92,6 +92,7 @@ func (c *completionChunk) hasText() bool {
 type sender struct {
 	client *http.Client
 	url    string
+	urls   []string // every target's URL, url first; one when a single target
 	model  string
 	stream bool
 	// authorization is the Authorization header value; empty sends none.
@@ -105,6 +106,9 @@ type call struct {
 	// user and tier are the "user" and "service_tier" fields, omitted
 	// when empty; authorization overrides the sender's when not empty.
 	user, tier, authorization string
+	// target indexes the sender's urls (request i goes to i mod their
+	// number: several router replicas share the load).
+	target int
 }
 
 // send posts one completion and returns its sample. A cancelled ctx gives
@@ -122,7 +126,11 @@ func (s *sender) send(ctx context.Context, c call) report.Sample {
 		sample.Err = fmt.Sprintf("encode request: %v", err)
 		return sample
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(buf))
+	url := s.url
+	if c.target > 0 && c.target < len(s.urls) {
+		url = s.urls[c.target]
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(buf))
 	if err != nil {
 		sample.Err = fmt.Sprintf("build request: %v", err)
 		return sample

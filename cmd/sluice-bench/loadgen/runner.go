@@ -64,10 +64,15 @@ type Runner struct {
 
 // New validates opts and returns a Runner.
 func New(opts Options) (*Runner, error) {
-	u, err := completionsURL(opts.Target)
-	if err != nil {
-		return nil, err
+	var urls []string
+	for _, t := range strings.Split(opts.Target, ",") {
+		u, err := completionsURL(strings.TrimSpace(t))
+		if err != nil {
+			return nil, err
+		}
+		urls = append(urls, u)
 	}
+	u := urls[0]
 	var errs []error
 	if strings.TrimSpace(opts.Model) == "" {
 		errs = append(errs, errors.New("model is required"))
@@ -92,7 +97,7 @@ func New(opts Options) (*Runner, error) {
 		opts.Client = &http.Client{Transport: NewTransport(opts.Concurrency)}
 	}
 	r := &Runner{opts: opts, ownClient: ownClient}
-	r.send = sender{client: opts.Client, url: u, model: opts.Model, stream: opts.Stream}
+	r.send = sender{client: opts.Client, url: u, urls: urls, model: opts.Model, stream: opts.Stream}
 	if opts.APIKey != "" {
 		r.send.authorization = "Bearer " + opts.APIKey
 	}
@@ -235,7 +240,8 @@ func (r *Runner) one(ctx context.Context, i int, req workload.Request) report.Sa
 		ctx, cancel = context.WithTimeout(ctx, r.opts.RequestTimeout)
 		defer cancel()
 	}
-	c := call{prompt: r.opts.Prompter.Tokens(nil, i, req), maxTokens: req.OutputTokens, user: SessionUser(req.Session)}
+	c := call{prompt: r.opts.Prompter.Tokens(nil, i, req), maxTokens: req.OutputTokens, user: SessionUser(req.Session),
+		target: i % len(r.send.urls)}
 	if i < len(r.opts.ServiceTiers) {
 		c.tier = r.opts.ServiceTiers[i]
 	}

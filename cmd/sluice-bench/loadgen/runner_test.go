@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,4 +269,29 @@ func TestCompletionsURL(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tt.want, got, tt.in)
 	}
+}
+
+func TestSeveralTargetsShareTheRequests(t *testing.T) {
+	var hits [2]atomic.Int64
+	var srvs []*httptest.Server
+	for i := range 2 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			hits[i].Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"choices":[{"text":"x"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+		}))
+		t.Cleanup(srv.Close)
+		srvs = append(srvs, srv)
+	}
+	reqs := make([]workload.Request, 10)
+	for i := range reqs {
+		reqs[i] = workload.Request{Arrival: time.Duration(i) * time.Millisecond, PromptTokens: 4, OutputTokens: 1}
+	}
+	r, err := New(Options{Target: srvs[0].URL + "," + srvs[1].URL, Model: "m",
+		Prompter: workload.NewPrompter(workload.PromptOptions{Seed: 1})})
+	require.NoError(t, err)
+	res := r.Run(context.Background(), reqs)
+	require.Len(t, res.Samples, 10)
+	assert.EqualValues(t, 5, hits[0].Load())
+	assert.EqualValues(t, 5, hits[1].Load())
 }
