@@ -224,6 +224,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 	for attempt := 0; attempt <= rt.retries; attempt++ {
 		now := rt.now()
 		var ep *backends.Endpoint
+		others := false // another endpoint than ep is in routing (worth a retry)
 		switch {
 		case ticket != nil && attempt == 0:
 			ep = ticket.Endpoint() // admission bound it already
@@ -240,6 +241,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 			if len(cands) == 0 {
 				break
 			}
+			others = len(cands) > 1 // cands holds neither the endpoints tried nor a second ep
 			var err error
 			if ep, err = rte.Picker.Pick(r.Context(), preq, cands); err != nil {
 				ep = nil
@@ -258,7 +260,10 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		}
 		// A 502, 503 or 429 is turned back (not relayed) while another
 		// attempt may follow; the last attempt relays whatever it gets.
-		canRetry := attempt < rt.retries && rt.another(rte, ep, tried, now)
+		if ticket != nil && attempt < rt.retries {
+			others = rt.another(rte, ep, tried, now)
+		}
+		canRetry := attempt < rt.retries && others
 		aerr := rt.attempt(w, r, ep, preq, body, strip, out, done, canRetry)
 		if aerr == nil {
 			return nil

@@ -126,6 +126,10 @@ type Limiter struct {
 	storeErrors *prometheus.CounterVec // op
 	storeUp     prometheus.Gauge
 	latency     *prometheus.HistogramVec // op
+
+	// Resolved once: the children every request touches.
+	allowed                    prometheus.Counter
+	reserveLatency, settleTime prometheus.Observer
 }
 
 // NewLimiter validates o and returns a Limiter.
@@ -172,6 +176,9 @@ func NewLimiter(o LimiterOptions) (*Limiter, error) {
 		Help:    "Time spent in limit store calls, by operation.",
 		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
 	}, []string{"op"})
+	l.allowed = l.decisions.WithLabelValues("allowed", "")
+	l.reserveLatency = l.latency.WithLabelValues("reserve")
+	l.settleTime = l.latency.WithLabelValues("settle")
 	if o.Metrics != nil {
 		for _, c := range []prometheus.Collector{l.decisions, l.storeErrors, l.storeUp, l.latency} {
 			if err := o.Metrics.Register(c); err != nil {
@@ -205,7 +212,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 	cctx, cancel := context.WithTimeout(ctx, l.o.Timeout)
 	d, err := l.o.Store.Reserve(cctx, key, lim, amt, Lease{ID: lease, TTL: l.o.LeaseTTL}, now)
 	cancel()
-	l.latency.WithLabelValues("reserve").Observe(l.o.Now().Sub(now).Seconds())
+	l.reserveLatency.Observe(l.o.Now().Sub(now).Seconds())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // the client left: not the store's fault
@@ -228,7 +235,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 		}
 		return nil, re
 	}
-	l.decisions.WithLabelValues("allowed", "").Inc()
+	l.allowed.Inc()
 	return &Reservation{Decision: d, key: key, lim: lim, amt: amt, lease: lease, at: now, held: true}, nil
 }
 
@@ -298,7 +305,7 @@ func (l *Limiter) settle(items []SettleItem) {
 			}
 		}
 	}
-	l.latency.WithLabelValues("settle").Observe(l.o.Now().Sub(start).Seconds())
+	l.settleTime.Observe(l.o.Now().Sub(start).Seconds())
 	if err != nil {
 		// The reservation stays charged: the next requests may wait longer
 		// than their due, and its concurrency slot ends with its lease.
