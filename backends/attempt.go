@@ -124,6 +124,26 @@ func (a *Attempt) FirstToken(ttft time.Duration) {
 	a.ep.ObservePrefill(a.ahead, int(a.prompt), ttft)
 }
 
+// WholeAnswer learns from a non-streamed answer that arrived whole, d
+// after the start, with tokens completion tokens: such an answer has no
+// first token to time, but d less its decode time at the endpoint's
+// measured decode rate (TokensPerSec, from streams) estimates one, and it
+// is folded in as FirstToken folds a measured one. Without a measured
+// decode rate, or when the estimate is not positive, nothing is learnt.
+// Call it after FirstToken ended the prefill.
+func (a *Attempt) WholeAnswer(d time.Duration, tokens int64) {
+	rate := a.ep.TokensPerSec()
+	if rate <= 0 || tokens <= 0 || d <= 0 {
+		return
+	}
+	ttft := d - time.Duration(float64(tokens-1)/rate*float64(time.Second))
+	if ttft <= 0 {
+		return
+	}
+	a.ep.ObserveTTFT(ttft)
+	a.ep.ObservePrefill(a.ahead, int(a.prompt), ttft)
+}
+
 // Finish ends the attempt with o: a relayed answer (also one whose client
 // left after it began) feeds its decode rate to the endpoint; the pending
 // prefill and in-flight counts are released, last, so that once in-flight

@@ -302,10 +302,12 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	*out = backends.Outcome{Class: backends.ClassFailed} // kept if Forward panics with http.ErrAbortHandler mid-stream
 	mw := measure.NewWriter(w, start, rt.now)
 	mw.StripUsageChunk = strip
+	var whole time.Duration // a non-streamed answer's first byte
 	mw.OnFirstByte = func() {
 		if preq.Stream {
 			att.FirstToken(rt.now().Sub(start))
 		} else {
+			whole = rt.now().Sub(start)
 			att.FirstToken(0) // a whole answer: its first byte is not a first token
 		}
 	}
@@ -322,6 +324,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		span.End()
 		if breakerDone != nil {
 			breakerDone(out.Class)
+		}
+		if whole > 0 && out.Class == backends.ClassOK {
+			att.WholeAnswer(whole, int64(out.CompletionTokens))
 		}
 		att.Finish(*out) // last: once in-flight drops, the attempt is fully recorded
 	}()

@@ -122,3 +122,89 @@ func attempts(t *testing.T, tr *http.Transport, addr, backend string) float64 {
 	}
 	return 0
 }
+
+// TestDefaultPolicyAvoidsASlowedWorker is the same check with the default
+// policy, which ranks workers by the time to first token it expects there
+// (from the prefill it has queued on each and each one's measured prefill
+// rate). Half the requests stream, which times first tokens; the other
+// half are answered whole, and their time to first token is estimated from
+// the whole answer's time less its decode at the worker's measured rate
+// (backends.Attempt.WholeAnswer), so both kinds teach the router that the
+// slowed worker starts late. After the slowdown a request there takes 300
+// ms to start against milliseconds on the other, so a share near a half
+// falls well below a quarter.
+func TestDefaultPolicyAvoidsASlowedWorker(t *testing.T) {
+	fast, slow := startWorker(t, "m"), startWorker(t, "m")
+	cfg := "listen: 127.0.0.1:0\nscrape:\n  interval: 20ms\n  timeout: 15ms\nmodels:\n  - name: m\n" +
+		"    backends:\n      - url: " + fast.URL + "\n      - url: " + slow.URL + "\n"
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverOptions{path: writeConfig(t, cfg), drain: 5 * time.Second, ready: ready,
+			log: slog.New(slog.DiscardHandler)})
+	}()
+	addr := <-ready
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"),
+		option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: tr}))
+	params := openai.ChatCompletionNewParams{
+		Model:     "m",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")},
+		MaxTokens: openai.Int(8),
+	}
+	send := func(n, concurrency int) {
+		var wg sync.WaitGroup
+		for c := range concurrency {
+			wg.Go(func() {
+				for range n / concurrency {
+					if c%2 == 0 {
+						_, err := client.Chat.Completions.New(context.Background(), params)
+						assert.NoError(t, err)
+						continue
+					}
+					s := client.Chat.Completions.NewStreaming(context.Background(), params)
+					for s.Next() {
+					}
+					assert.NoError(t, s.Err())
+					assert.NoError(t, s.Close())
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// A stream's attempt is counted as its handler returns, which can be
+	// just after the client read [DONE].
+	counts := func(want float64) (f, s float64) {
+		require.Eventually(t, func() bool {
+			f, s = attempts(t, tr, addr, fast.URL), attempts(t, tr, addr, slow.URL)
+			return f+s == want
+		}, 5*time.Second, 5*time.Millisecond)
+		return f, s
+	}
+
+	send(80, 4)
+	f1, s1 := counts(80)
+	before := s1 / (f1 + s1)
+
+	req, err := http.NewRequest(http.MethodPut, slow.URL+"/admin/faults", strings.NewReader(`{"added_latency":"300ms"}`))
+	require.NoError(t, err)
+	res, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	send(80, 4)
+	f2, s2 := counts(160)
+	after := (s2 - s1) / (f2 - f1 + s2 - s1)
+	t.Logf("slowed worker's share under the default policy: %.2f before, %.2f after", before, after)
+	assert.Greater(t, before, 0.25, "two equal workers share the load")
+	assert.Less(t, after, 0.25, "the slowed worker gets little")
+	assert.Less(t, after, before-0.1)
+}
