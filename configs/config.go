@@ -126,6 +126,21 @@ type Model struct {
 	// are at their budget, and sheds by service class beyond it. Off
 	// unless max_in_flight_per_backend (or a backend's max_in_flight) is set.
 	Admission Admission `yaml:"admission"`
+	// Timeouts are the model's own request time limits.
+	Timeouts ModelTimeouts `yaml:"timeouts"`
+}
+
+// ModelTimeouts bounds a model's requests. Both apply on reload.
+type ModelTimeouts struct {
+	// FirstByte bounds each attempt's wait for its backend's response
+	// headers (for a non-streamed answer, usually the whole answer); past
+	// it the attempt counts as a timeout and another backend may be tried.
+	// Default upstream.response_header_timeout.
+	FirstByte Duration `yaml:"first_byte"`
+	// Total bounds a request from arrival to the end of its answer,
+	// admission wait included: 504 request_timeout before the answer
+	// starts, an error event ending a stream after. Default 0: no limit.
+	Total Duration `yaml:"total"`
 }
 
 // Admin configures the operator API: backends with their live state, add,

@@ -89,6 +89,8 @@ func TestParseRejects(t *testing.T) {
 		{"relative scrape path", "scrape:\n  path: metrics\n" + minimal, []string{"scrape.path: want an absolute path"}},
 		{"unknown scrape field", "scrape:\n  every: 1s\n" + minimal, []string{"field every not found"}},
 		{"bad session header", "session_header: \"X Session\"\n" + minimal, []string{"session_header: want an HTTP header name"}},
+		{"negative model timeouts", "models:\n  - name: m\n    timeouts: {first_byte: -1s, total: -2s}\n    backends:\n      - url: http://a:1\n",
+			[]string{"models[0].timeouts.first_byte: must not be negative", "models[0].timeouts.total: must not be negative"}},
 		{"many problems at once", `
 models:
   - backends: []

@@ -116,6 +116,12 @@ func (c *Config) Validate() error {
 		names[m.Name] = true
 	}
 	for i, m := range c.Models {
+		if m.Timeouts.FirstByte < 0 {
+			bad(fmt.Sprintf("models[%d].timeouts.first_byte", i), "must not be negative, got %s", m.Timeouts.FirstByte.Std())
+		}
+		if m.Timeouts.Total < 0 {
+			bad(fmt.Sprintf("models[%d].timeouts.total", i), "must not be negative (0 is no limit), got %s", m.Timeouts.Total.Std())
+		}
 		for j, fb := range m.Fallbacks {
 			switch {
 			case fb == m.Name:

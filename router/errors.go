@@ -112,6 +112,10 @@ func echo(s string) string {
 	return s[:cut] + "…"
 }
 
+// errTotalTimeout is a request whose route's total timeout ran out before
+// its answer started.
+var errTotalTimeout = errors.New("router: the request's total timeout ran out")
+
 // errorFor is the one place a pipeline error becomes what the client sees:
 // a status and an OpenAI-shaped body. Transport error text never reaches
 // the client.
@@ -175,6 +179,9 @@ func errorFor(err error) *APIError {
 		}
 		return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_error",
 			Message: "The backend failed to answer."}
+	case errors.Is(err, errTotalTimeout):
+		return &APIError{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "request_timeout",
+			Message: "The request took longer than its time limit."}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &APIError{Status: statusClientClosed, Message: "client closed request"}
 	}

@@ -206,3 +206,55 @@ func TestTurnedBackAnswersAreRetriedElsewhere(t *testing.T) {
 	assert.Equal(t, "injected_fault", decodeError(t, res).Code, "nowhere else to go: the backend's own answer")
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// A model's first-byte timeout is its own: a slow backend is a timeout
+// there (and another backend is tried), while the transport would have
+// waited a minute.
+func TestFirstByteTimeoutPerModel(t *testing.T) {
+	slow := startWorkerOpts(t, gpuworker.Options{Model: model, Faults: gpuworker.Faults{AddedLatency: time.Minute}})
+	fast := startWorker(t, model, "instant", 0)
+	s := startSluice(t, router.Options{Retries: 1},
+		routeSpec{model: model, policy: roundrobin.Name, urls: []string{slow.srv.URL, fast.srv.URL}, firstByte: 100 * time.Millisecond})
+	c := s.client(t)
+	for range 4 {
+		_, err := c.Chat.Completions.New(context.Background(), chatParams(model))
+		require.NoError(t, err, "the slow backend's timeout is retried on the fast one")
+	}
+	out := scrape(t, s)
+	assert.Contains(t, out, `sluice_upstream_attempts_total{backend="`+slow.srv.URL+`",outcome="timeout"}`)
+	assert.NotContains(t, out, `sluice_upstream_attempts_total{backend="`+slow.srv.URL+`",outcome="ok"}`)
+	assert.Contains(t, out, `sluice_upstream_attempts_total{backend="`+fast.srv.URL+`",outcome="ok"} 4`)
+}
+
+// A model's total timeout ends a request whose answer has not started with
+// 504 request_timeout, and a stream that runs past it with an error event;
+// neither counts against the backend.
+func TestTotalTimeoutPerModel(t *testing.T) {
+	slow := startWorkerOpts(t, gpuworker.Options{Model: model, Faults: gpuworker.Faults{AddedLatency: time.Minute}})
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{slow.srv.URL}, total: 150 * time.Millisecond})
+	res, err := http.Post(s.srv.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":2}`))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	assert.Equal(t, http.StatusGatewayTimeout, res.StatusCode)
+	assert.Equal(t, "request_timeout", decodeError(t, res).Code)
+
+	long := startWorkerOpts(t, gpuworker.Options{Model: model, Profile: "h100-llama3-8b", Speedup: 1})
+	s = startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{long.srv.URL}, total: 300 * time.Millisecond})
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(5000) // about 40 s of decode at H100 speed
+	c := s.client(t)
+	stream := c.Chat.Completions.NewStreaming(context.Background(), p)
+	chunks := 0
+	for stream.Next() {
+		chunks++
+	}
+	require.Error(t, stream.Err())
+	assert.Contains(t, stream.Err().Error(), "time limit")
+	assert.Positive(t, chunks, "the answer had started")
+	require.NoError(t, stream.Close())
+	require.Eventually(t, func() bool {
+		return strings.Contains(scrape(t, s), `sluice_upstream_attempts_total{backend="`+long.srv.URL+`",outcome="client_gone"} 1`)
+	}, 5*time.Second, 10*time.Millisecond, "the request's own deadline is not the backend's failure")
+	http.DefaultClient.CloseIdleConnections()
+}

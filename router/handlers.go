@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -45,7 +46,7 @@ func (rt *Router) inference(w http.ResponseWriter, r *http.Request) {
 
 // serve runs the pipeline up to the answer; it returns nil once an answer
 // was relayed, or the error to show the client. model is set once known.
-func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) error {
+func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) (err error) {
 	tenant, err := rt.tenants.Load().Authenticate(r)
 	if err != nil {
 		return err
@@ -63,6 +64,16 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) e
 		return &modelNotFoundError{model: req.model} // the same answer: a tenant cannot probe
 	}
 	*model = req.model
+	if rte.TotalTimeout > 0 {
+		ctx, cancel := context.WithTimeoutCause(r.Context(), rte.TotalTimeout, proxy.ErrTotalTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+		defer func() {
+			if err != nil && errors.Is(context.Cause(ctx), proxy.ErrTotalTimeout) {
+				err = errTotalTimeout
+			}
+		}()
+	}
 	if fb := rt.fallback(rte, tenant); fb != nil {
 		edited, err := usage.SetModel(body, fb.Pool.Model())
 		if err != nil {
@@ -219,6 +230,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 	if preq.ServiceTier != "" {
 		w = measure.NewTierWriter(w, preq.ServiceTier) // the answer names the class that served it
 	}
+	r = r.WithContext(proxy.WithFirstByteTimeout(r.Context(), rte.FirstByteTimeout))
 	var tried []*backends.Endpoint
 	rt.retryBudget.deposit()
 	for attempt := 0; attempt <= rt.retries; attempt++ {
@@ -343,8 +355,11 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		_, _ = w.Write(proxy.ErrorEvent(cut))
 		_ = http.NewResponseController(w).Flush()
 		out.Class = backends.ClassFailed
-		if cut.Stalled {
+		switch {
+		case cut.Stalled:
 			out.Class = backends.ClassTimeout
+		case errors.Is(cut.Err, proxy.ErrTotalTimeout):
+			out.Class = backends.ClassClientGone // the request's own time ran out, not the backend's fault
 		}
 		rt.log.Warn("stream cut", "backend", ep.Address(), "err", cut.Err)
 		return nil

@@ -73,6 +73,8 @@ type routeSpec struct {
 	// many requests in flight per backend and a queue of queue (default 64).
 	budget, queue int
 	fallbacks     []string
+	// firstByte and total are the route's timeouts.
+	firstByte, total time.Duration
 }
 
 func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice {
@@ -97,7 +99,8 @@ func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice 
 			picker, err = leastrequest.New(nil)
 		}
 		require.NoError(t, err)
-		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: sp.fallbacks}
+		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: sp.fallbacks,
+			FirstByteTimeout: sp.firstByte, TotalTimeout: sp.total}
 		if sp.budget > 0 {
 			route.Gate, err = admission.NewGate(pool, picker, admission.Options{
 				Budget: func(*backends.Endpoint) int { return sp.budget }, QueueSize: cmp.Or(sp.queue, 64)})

@@ -37,6 +37,15 @@ type Route struct {
 	// Fallbacks name other routes of the table, in order, that take this
 	// route's requests while none of its endpoints is in routing.
 	Fallbacks []string
+	// FirstByteTimeout bounds each attempt's wait for its backend's
+	// response headers (for a whole answer, the answer); past it the
+	// attempt is a timeout and another backend may be tried. Zero: the
+	// transport's own limit only.
+	FirstByteTimeout time.Duration
+	// TotalTimeout bounds a request from its arrival to the end of its
+	// answer, admission wait included: 504 before the answer starts, an
+	// error event ending a stream after. Zero: no limit.
+	TotalTimeout time.Duration
 }
 
 // Table is an immutable routing table: model name to route. A reload builds

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,7 +79,9 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 			errs = append(errs, &configs.FieldError{Field: p, Message: err.Error()})
 			continue
 		}
-		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: m.Fallbacks}
+		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: m.Fallbacks,
+			FirstByteTimeout: cmp.Or(m.Timeouts.FirstByte, c.Upstream.ResponseHeaderTimeout).Std(),
+			TotalTimeout:     m.Timeouts.Total.Std()}
 		if m.AdmissionOn() {
 			if route.Gate, err = newGate(m, pool, picker, list, shared); err != nil {
 				errs = append(errs, &configs.FieldError{Field: p + ".admission", Message: err.Error()})

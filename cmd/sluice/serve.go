@@ -173,7 +173,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 	ropts.Metrics = metrics
 	ropts.Transport = proxy.NewTransport(proxy.TransportOptions{
 		DialTimeout:           cfg.Upstream.DialTimeout.Std(),
-		ResponseHeaderTimeout: cfg.Upstream.ResponseHeaderTimeout.Std(),
+		ResponseHeaderTimeout: -1, // each model's first_byte bounds its attempts (router.Route), so a reload changes it
 		MaxIdleConnsPerHost:   cfg.Upstream.MaxIdleConnsPerHost,
 	})
 	rt, err := router.New(ropts)

@@ -133,6 +133,9 @@ func New(o Options) (*Proxy, error) {
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL, authorization string, body []byte, turnBack bool) error {
 	var attemptErr error
 	var stream *streamBody
+	var fb firstByteTimer
+	r = r.WithContext(fb.start(r.Context()))
+	defer fb.stop()
 	rp := httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -160,6 +163,7 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 		BufferPool: &p.buffers,
 		ErrorLog:   p.errorLog,
 		ModifyResponse: func(res *http.Response) error {
+			fb.headers()
 			// The router owns the request ID; a backend's own must not duplicate it.
 			if turnBack && (res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable ||
 				res.StatusCode == http.StatusTooManyRequests) {
@@ -193,6 +197,9 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 	if attemptErr == nil {
 		if stream != nil {
 			if cut := stream.cut(); cut != nil {
+				if errors.Is(context.Cause(r.Context()), ErrTotalTimeout) {
+					return &StreamCutError{Err: ErrTotalTimeout}
+				}
 				if err := r.Context().Err(); err != nil {
 					// The client left before [DONE]; one that left after it
 					// got the whole answer.
@@ -211,8 +218,11 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 }
 
 func classify(ctx context.Context, err error) Outcome {
+	if errors.Is(context.Cause(ctx), ErrFirstByteTimeout) {
+		return Timeout
+	}
 	if ctx.Err() != nil {
-		return ClientGone
+		return ClientGone // the client left, or the request's total time is up
 	}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {

@@ -136,6 +136,8 @@ func ErrorEvent(e *StreamCutError) []byte {
 		msg, code = "The backend stopped sending in the middle of the answer.", "upstream_timeout"
 	} else if errors.Is(e.Err, errNoDone) {
 		msg = "The backend ended the answer early."
+	} else if errors.Is(e.Err, ErrTotalTimeout) {
+		msg, code = "The answer took longer than the request's time limit.", "request_timeout"
 	} else if errors.Is(e.Err, ErrShuttingDown) {
 		msg, code = "The server is shutting down; retry the request.", "server_shutting_down"
 	}

@@ -12,7 +12,7 @@ type TransportOptions struct {
 	// DialTimeout bounds connecting to a backend. Default 2s.
 	DialTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for response headers (time to
-	// first byte for a stream). Default 60s.
+	// first byte for a stream). Default 60s; negative means none.
 	ResponseHeaderTimeout time.Duration
 	// MaxIdleConnsPerHost is the keep-alive pool per backend. Default 256.
 	MaxIdleConnsPerHost int
@@ -24,8 +24,11 @@ func NewTransport(o TransportOptions) *http.Transport {
 	if o.DialTimeout == 0 {
 		o.DialTimeout = 2 * time.Second
 	}
-	if o.ResponseHeaderTimeout == 0 {
+	switch {
+	case o.ResponseHeaderTimeout == 0:
 		o.ResponseHeaderTimeout = 60 * time.Second
+	case o.ResponseHeaderTimeout < 0:
+		o.ResponseHeaderTimeout = 0 // none: the caller times attempts (WithFirstByteTimeout)
 	}
 	if o.MaxIdleConnsPerHost == 0 {
 		o.MaxIdleConnsPerHost = 256
