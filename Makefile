@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build run test test-short lint fmt bench bench-classes-live bench-limits bench-overhead bench-policies bench-policies-live validate fidelity fuzz clean
+.PHONY: all build run test test-short lint fmt bench bench-classes-live bench-faults bench-limits bench-overhead bench-policies bench-policies-live validate fidelity fuzz clean
 
 all: build
 
@@ -40,6 +40,10 @@ bench:
 ## bench-overhead: sluice-bench load straight to a worker and through Sluice, side by side
 bench-overhead: build
 	./deploy/overhead.sh
+
+## bench-faults: a fault on one of four workers under 0.6 load (SCENARIO=kill, slow or error; ~1 minute)
+bench-faults: build
+	./deploy/faults.sh
 
 ## bench-limits: what tenant limits cost: no tenants, in-process store and Redis side by side (~1.5 minutes)
 bench-limits: build

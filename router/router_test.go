@@ -328,13 +328,16 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	st := c.Chat.Completions.NewStreaming(ctx, p)
 	require.True(t, st.Next())
 	require.Equal(t, 1, w.Load().Running)
+	cancelled := time.Now()
 	cancel()
 	_ = st.Close()
 	// 5000 tokens would take ~30 s; the slot must be freed long before.
+	// How long it took is logged, not asserted (this machine is noisy).
 	require.Eventually(t, func() bool {
 		l := w.Load()
 		return l.Running == 0 && l.Waiting == 0 && s.endpoints[w.srv.URL].InFlight() == 0
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 5*time.Second, time.Millisecond)
+	t.Logf("the worker's running count dropped to 0 within %v of the cancel", time.Since(cancelled).Round(time.Millisecond))
 	assert.Less(t, w.Load().GenerationTokens, int64(5000))
 	assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+w.srv.URL+`",outcome="client_gone"} 1`)
 }
