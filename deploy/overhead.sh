@@ -1,54 +1,182 @@
 #!/usr/bin/env bash
-# Measures what Sluice adds: the same sluice-bench load run straight to one
-# gpuworker and through Sluice in front of it, back to back in one run, then
-# the two reports side by side. Assumes `make build`.
-#   PROFILE=instant RATE=300 DURATION=15s ./deploy/overhead.sh   (pure overhead)
-#   PROFILE=h100-llama3-8b RATE=10 DURATION=20s ./deploy/overhead.sh
+# What a proxy costs per request, in one run: the same sluice-bench load
+# straight to one instant gpuworker and through each proxy in front of it:
+# a bare Go httputil.ReverseProxy (sluice-bench bareproxy, the Go floor),
+# nginx and HAProxy (Debian packages, streaming-safe settings) and Sluice
+# with its full pipeline (a tenant key, limits on the in-process store,
+# admission, the default policy, metrics; tracing as configured: off
+# unless OTEL_EXPORTER_OTLP_ENDPOINT is set). Streamed and non-streamed:
+#   latency   concurrency 1: p50 and p99 added over direct
+#   capacity  concurrency 32: requests/s, and the proxy process's CPU
+#             (utime+stime from /proc) per request
+# Assumes `make build`; nginx and haproxy are skipped if not installed
+# (apt-get install nginx haproxy).
+#   N1=2000 N32=20000 ./deploy/overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=deploy/lib.sh
 . deploy/lib.sh
 BIN=${BIN:-bin}
-PROFILE=${PROFILE:-instant}
-RATE=${RATE:-300}
-DURATION=${DURATION:-15s}
-WPORT=${WPORT:-9601}
-SPORT=${SPORT:-8601}
+N1=${N1:-2000}    # requests per run at concurrency 1
+N32=${N32:-20000} # requests per run at concurrency 32
+WPORT=${WPORT:-9621}
+BARE=${BARE:-8621}
+NGINX=${NGINX:-8622}
+HAPROXY=${HAPROXY:-8623}
+SLUICE=${SLUICE:-8624}
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
-	[ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null && wait "${pids[@]}" 2>/dev/null
+	[ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
+	[ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null
+	wait 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 
+"$BIN/gpuworker" --listen "127.0.0.1:$WPORT" --model llama-3-8b --profile instant 2>"$tmp/worker.log" & pids+=($!)
+wait_for "http://127.0.0.1:$WPORT/health"
+declare -A pid url
+url[direct]="http://127.0.0.1:$WPORT"
+
+"$BIN/sluice-bench" bareproxy --listen "127.0.0.1:$BARE" --target "http://127.0.0.1:$WPORT" >/dev/null 2>"$tmp/bare.log" &
+pids+=($!); pid[bare_go]=$!; url[bare_go]="http://127.0.0.1:$BARE"
+
+if command -v nginx >/dev/null; then
+	cat > "$tmp/nginx.conf" <<NGX
+worker_processes auto;
+pid $tmp/nginx.pid;
+error_log $tmp/nginx-error.log;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	upstream worker { server 127.0.0.1:$WPORT; keepalive 64; }
+	server {
+		listen 127.0.0.1:$NGINX;
+		location / {
+			proxy_pass http://worker;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
+			proxy_request_buffering off;
+			proxy_read_timeout 300s;
+		}
+	}
+}
+NGX
+	nginx -c "$tmp/nginx.conf" -p "$tmp" -e "$tmp/nginx-error.log"
+	url[nginx]="http://127.0.0.1:$NGINX"
+fi
+if command -v haproxy >/dev/null; then
+	cat > "$tmp/haproxy.cfg" <<HAP
+global
+	nbthread 2
+defaults
+	mode http
+	timeout connect 2s
+	timeout client 300s
+	timeout server 300s
+	option http-keep-alive
+	option http-no-delay
+frontend f
+	bind 127.0.0.1:$HAPROXY
+	default_backend b
+backend b
+	http-reuse always
+	server w 127.0.0.1:$WPORT
+HAP
+	haproxy -f "$tmp/haproxy.cfg" -db 2>"$tmp/haproxy.log" & pids+=($!); pid[haproxy]=$!
+	url[haproxy]="http://127.0.0.1:$HAPROXY"
+fi
+
 cat > "$tmp/sluice.yaml" <<YAML
-listen: 127.0.0.1:$SPORT
+listen: 127.0.0.1:$SLUICE
+tiers:
+  - name: bench
+    requests_per_minute: 100000000
+    input_tokens_per_minute: 10000000000
+    output_tokens_per_minute: 10000000000
+    concurrent_requests: 1024
+tenants:
+  - name: bench
+    tier: bench
+    api_keys: ["$("$BIN/sluice" hash-key sk-bench | grep -o 'sha256:[0-9a-f]*')"]
 models:
   - name: llama-3-8b
+    admission:
+      max_in_flight_per_backend: 64
     backends:
       - url: http://127.0.0.1:$WPORT
 YAML
-"$BIN/gpuworker" --listen "127.0.0.1:$WPORT" --model llama-3-8b --profile "$PROFILE" 2>"$tmp/worker.log" & pids+=($!)
-"$BIN/sluice" serve --config "$tmp/sluice.yaml" 2>"$tmp/sluice.log" & pids+=($!)
-for url in "http://127.0.0.1:$WPORT/health" "http://127.0.0.1:$SPORT/readyz"; do
-	wait_for "$url" || true
-done
+"$BIN/sluice" serve --config "$tmp/sluice.yaml" 2>"$tmp/sluice.log" & pids+=($!); pid[sluice]=$!
+url[sluice]="http://127.0.0.1:$SLUICE"
+for t in bare_go sluice; do wait_for "${url[$t]}/v1/models" >/dev/null || wait_for "${url[$t]}/healthz"; done
+[ -n "${url[nginx]:-}" ] && { wait_for "${url[nginx]}/health"; pid[nginx]=$(pgrep -d, -P "$(cat "$tmp/nginx.pid")"); }
+[ -n "${url[haproxy]:-}" ] && wait_for "${url[haproxy]}/health"
 
-args=(--model llama-3-8b --rate "$RATE" --duration "$DURATION" --stream --quiet --seed 7)
-[ "$PROFILE" = instant ] && args+=(--prompt-mean 128 --output-mean 16)
-"$BIN/sluice-bench" load --target "http://127.0.0.1:$WPORT" "${args[@]}" --json "$tmp/direct.json" >/dev/null
-"$BIN/sluice-bench" load --target "http://127.0.0.1:$SPORT" "${args[@]}" --json "$tmp/sluice.json" >/dev/null
-
-echo "profile $PROFILE, $RATE req/s for $DURATION, streaming"
-python3 - "$tmp/direct.json" "$tmp/sluice.json" <<'PY'
+cpu() { # cpu PIDS(comma-separated): utime+stime in clock ticks, summed
+	local sum=0
+	IFS=, read -ra ps <<< "$1"
+	for p in "${ps[@]}"; do
+		read -ra f < "/proc/$p/stat"
+		sum=$((sum + f[13] + f[14]))
+	done
+	echo "$sum"
+}
+targets=(direct bare_go)
+[ -n "${url[nginx]:-}" ] && targets+=(nginx)
+[ -n "${url[haproxy]:-}" ] && targets+=(haproxy)
+targets+=(sluice)
+common=(--model llama-3-8b --rate 100000 --duration 10m --prompt-mean 128 --output-mean 16 --quiet --api-key sk-bench)
+echo "target,mode,concurrency,completed,failed,rps,p50_ms,p99_ms,cpu_us_per_req" > "$tmp/results.csv"
+for mode in plain stream; do
+	flags=()
+	[ "$mode" = stream ] && flags=(--stream)
+	for c in 1 32; do
+		for t in "${targets[@]}"; do
+			before=0
+			[ -n "${pid[$t]:-}" ] && before=$(cpu "${pid[$t]}")
+			n=$N1
+			[ "$c" = 32 ] && n=$N32
+			"$BIN/sluice-bench" load --target "${url[$t]}" "${common[@]}" "${flags[@]}" --concurrency "$c" --requests "$n" \
+				--seed "$c" --json "$tmp/r.json" >/dev/null
+			after=0
+			[ -n "${pid[$t]:-}" ] && after=$(cpu "${pid[$t]}")
+			python3 - "$tmp/r.json" "$t" "$mode" "$c" "$((after - before))" "$(getconf CLK_TCK)" >> "$tmp/results.csv" <<'PY'
 import json, sys
-d, s = (json.load(open(p)) for p in sys.argv[1:3])
-print(f"{'metric':<22}{'direct':>12}{'via sluice':>12}{'added':>10}")
-for k in ("completed", "failed", "request_throughput", "output_throughput"):
-    print(f"{k:<22}{d[k]:>12.2f}{s[k]:>12.2f}")
-for k in ("ttft_ms", "e2el_ms", "itl_ms"):
-    for q in ("mean", "p50", "p99"):
-        a, b = d[k][q], s[k][q]
-        print(f"{k+' '+q:<22}{a:>12.3f}{b:>12.3f}{b-a:>+10.3f}")
+r = json.load(open(sys.argv[1])); t, mode, c, ticks, hz = sys.argv[2:7]
+lat = r["e2el_ms"] if mode == "plain" else r["ttft_ms"]
+cpu = int(ticks) / int(hz) * 1e6 / r["completed"] if r["completed"] and t != "direct" else 0
+print(f"{t},{mode},{c},{r['completed']},{r['failed']},{r['request_throughput']:.1f},{lat['p50']:.3f},{lat['p99']:.3f},{cpu:.1f}")
 PY
+		done
+	done
+done
+python3 - "$tmp/results.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+get = lambda t, m, c: next((r for r in rows if r["target"] == t and r["mode"] == m and r["concurrency"] == c), None)
+print("latency is e2e for non-streamed requests and TTFT for streamed ones; 'added' is over direct at concurrency 1")
+print(f"{'mode':<7}{'target':<9}{'p50 added ms':>13}{'p99 added ms':>13}{'req/s c=32':>12}{'CPU us/req':>11}{'failed':>8}")
+for m in ("plain", "stream"):
+    d1 = get("direct", m, "1")
+    for t in ("direct", "bare_go", "nginx", "haproxy", "sluice"):
+        a, b = get(t, m, "1"), get(t, m, "32")
+        if not a:
+            continue
+        p50 = float(a["p50_ms"]) - float(d1["p50_ms"])
+        p99 = float(a["p99_ms"]) - float(d1["p99_ms"])
+        print(f"{m:<7}{t:<9}{p50:>13.3f}{p99:>13.3f}{float(b['rps']):>12.0f}{float(b['cpu_us_per_req']):>11.1f}{int(a['failed'])+int(b['failed']):>8}")
+    s, g = (get("sluice", m, "1"), get("sluice", m, "32")), (get("bare_go", m, "1"), get("bare_go", m, "32"))
+    add = lambda r: (float(r["p50_ms"]) - float(d1["p50_ms"]), float(r["p99_ms"]) - float(d1["p99_ms"]))
+    sp, gp = add(s[0]), add(g[0])
+    print(f"  {m}: Sluice / bare Go proxy: CPU {float(s[1]['cpu_us_per_req']) / float(g[1]['cpu_us_per_req']):.2f}x (target <= 1.0), "
+          f"added p50 {sp[0] / gp[0]:.2f}x, p99 {sp[1] / gp[1]:.2f}x (target <= 1.25), "
+          f"throughput {float(s[1]['rps']) / float(g[1]['rps']):.2f}x (target >= 0.8)", end="")
+    n = get("nginx", m, "32")
+    if n:
+        print(f"; CPU vs nginx {float(s[1]['cpu_us_per_req']) / float(n['cpu_us_per_req']):.2f}x", end="")
+    print()
+PY
+[ -n "${KEEP:-}" ] && cp "$tmp/results.csv" "$KEEP"
+exit 0

@@ -55,6 +55,8 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return summarizeCmd(args[1:], stdout, stderr)
 	case "sweep":
 		return sweepCmd(ctx, args[1:], stdout, stderr)
+	case "bareproxy":
+		return bareproxyCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
@@ -79,6 +81,8 @@ Commands:
           round_robin across "simulate --json" outputs
   sweep   run simulate (or, with --target, load) at a range of offered loads and
           write the latency-throughput curve per policy as a table, JSON and SVG
+  bareproxy serve a bare httputil.ReverseProxy in front of one target: the Go
+          floor "make bench-overhead" measures Sluice's cost against
 
 Run "sluice-bench <command> -h" for the command's flags.
 `)
