@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build run test test-short lint fmt bench bench-classes-live bench-faults bench-limits bench-overhead bench-policies bench-policies-live validate fidelity fuzz clean
+.PHONY: all build run test test-short lint fmt bench bench-classes-live bench-faults bench-limits bench-overhead bench-policies bench-policies-live validate fidelity fuzz deploy-check clean
 
 all: build
 
@@ -77,6 +77,12 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzAskUsage -fuzztime=$(FUZZTIME) ./router/usage
 	$(GO) test -run='^$$' -fuzz=FuzzStrip -fuzztime=$(FUZZTIME) ./router/measure
 	$(GO) test -run='^$$' -fuzz=FuzzJSONScan -fuzztime=$(FUZZTIME) ./router/measure
+
+## deploy-check: the Helm chart rendered and decoded strictly into the Kubernetes API types, `sluice validate` on its configs and deploy/compose's, vet, staticcheck and helm lint --strict (deploy/helmcheck is its own module)
+deploy-check: build
+	cd deploy/helmcheck && SLUICE_BIN=$(CURDIR)/$(BIN)/sluice $(GO) test -count=1 ./...
+	sc=$$($(GO) tool -n staticcheck) && cd deploy/helmcheck && $(GO) vet ./... && $$sc ./...
+	cd deploy/helmcheck && $(GO) tool helm lint --strict --kube-version 1.37.0 ../helm/sluice
 
 clean:
 	rm -rf $(BIN)

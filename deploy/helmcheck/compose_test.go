@@ -1,0 +1,100 @@
+package helmcheck
+
+import (
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TestComposeConfig checks deploy/compose: `sluice validate` accepts its
+// config, every backend and the Redis it names is one of the compose
+// file's services listening there, admission.replicas counts the Sluice
+// services, and every long-running service has a healthcheck. (Running
+// the file needs Docker and base images; docker compose config is not
+// run here.)
+func TestComposeConfig(t *testing.T) {
+	const dir = "../compose"
+	raw, err := os.ReadFile(dir + "/config/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, string(raw), nil)
+	var cfg struct {
+		Models []struct {
+			Admission struct {
+				Replicas int `json:"replicas"`
+			} `json:"admission"`
+			Backends []struct {
+				URL string `json:"url"`
+			} `json:"backends"`
+		} `json:"models"`
+		Limits struct {
+			RedisURL string `json:"redis_url"`
+		} `json:"limits"`
+	}
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	b, err := os.ReadFile(dir + "/compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			Command     []string          `json:"command"`
+			Entrypoint  []string          `json:"entrypoint"`
+			Volumes     []string          `json:"volumes"`
+			Healthcheck *struct{}         `json:"healthcheck"`
+			Profiles    []string          `json:"profiles"`
+			Environment map[string]string `json:"environment"`
+		} `json:"services"`
+	}
+	if err := yaml.Unmarshal(b, &compose); err != nil {
+		t.Fatal(err)
+	}
+	// listening maps host:port to the service that listens there.
+	listening := map[string]string{"redis:6379": "redis"}
+	var sluices []string
+	for name, s := range compose.Services {
+		if len(s.Profiles) == 0 && s.Healthcheck == nil {
+			t.Errorf("service %s has no healthcheck", name)
+		}
+		for i, arg := range s.Command {
+			if arg == "--listen" && i+1 < len(s.Command) {
+				listening[name+":"+strings.TrimPrefix(s.Command[i+1], "0.0.0.0:")] = name
+			}
+		}
+		if len(s.Entrypoint) == 0 && slices.Contains(s.Command, "/etc/sluice/sluice.yaml") {
+			sluices = append(sluices, name)
+			if !slices.Contains(s.Volumes, "./config:/etc/sluice:ro") {
+				t.Errorf("service %s does not mount ./config at /etc/sluice: %v", name, s.Volumes)
+			}
+		}
+	}
+	if len(sluices) < 2 {
+		t.Fatalf("Sluice services %v, want at least two replicas", sluices)
+	}
+	hosts := []string{cfg.Limits.RedisURL}
+	for _, m := range cfg.Models {
+		if m.Admission.Replicas != len(sluices) {
+			t.Errorf("admission.replicas = %d, but %d Sluice services share the budgets", m.Admission.Replicas, len(sluices))
+		}
+		for _, be := range m.Backends {
+			hosts = append(hosts, be.URL)
+		}
+	}
+	for _, h := range hosts {
+		u, err := url.Parse(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := listening[u.Host]; !ok {
+			t.Errorf("%s: no service listens on %s (have %v)", h, u.Host, listening)
+		}
+	}
+}
