@@ -27,6 +27,8 @@ type Config struct {
 	SessionHeader string `yaml:"session_header"`
 	// Admin configures the operator API (restart to change).
 	Admin Admin `yaml:"admin"`
+	// Log configures the router's logs (restart to change).
+	Log Log `yaml:"log"`
 	// Models lists the served models, each with its own backend pool. At least one.
 	Models []Model `yaml:"models"`
 	// Tiers are the named quota tiers tenants refer to. Optional, but
@@ -37,6 +39,8 @@ type Config struct {
 	Tenants []Tenant `yaml:"tenants"`
 	// Limits configures the store that tenants' counters live in.
 	Limits LimitStore `yaml:"limits"`
+	// Batch configures OpenAI's Batch API (restart to change).
+	Batch Batch `yaml:"batch"`
 }
 
 // Upstream tunes how the router talks to backends.
@@ -104,6 +108,18 @@ type Scrape struct {
 
 // On reports whether scraping is enabled (true when unset).
 func (s Scrape) On() bool { return s.Enabled == nil || *s.Enabled }
+
+// Log configures what the router logs. Logs are JSON lines on stderr.
+type Log struct {
+	// Requests logs one line per inference request (message "request"):
+	// request_id, route, tenant, model, class, backend, status,
+	// input_tokens, output_tokens, latency_ms, ttft_ms for a stream, error
+	// for a failure. Default true.
+	Requests *bool `yaml:"requests"`
+}
+
+// RequestsOn reports whether requests are logged (true when unset).
+func (l Log) RequestsOn() bool { return l.Requests == nil || *l.Requests }
 
 // Model is one served model name and the pool of backends that serve it.
 type Model struct {

@@ -135,6 +135,7 @@ func (c *Config) ApplyDefaults() {
 		}
 	}
 	c.applyTenantDefaults() // tiers, tenants' overrides, limits (tenants.go)
+	c.Batch.applyDefaults() // batch.go
 }
 
 // DefaultMaxWait is how long a request of class may wait for admission by

@@ -159,6 +159,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateTenants(bad) // tiers, tenants, limits (tenants.go)
+	c.validateBatch(bad)   // batch.go
 	return errors.Join(errs...)
 }
 

@@ -1,6 +1,7 @@
 // Package router is Sluice's HTTP surface: the OpenAI-compatible routes
-// (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models),
-// /healthz, /readyz and /metrics, and the request pipeline, one stage after
+// (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, and
+// /v1/files and /v1/batches when Options.Batch serves them), /healthz,
+// /readyz and /metrics, and the request pipeline, one stage after
 // the other: authenticate (router/auth), parse, limit (policies/quota),
 // admit (policies/admission), pick (the model's policies.Picker), proxy
 // (router/proxy), settle.

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-llm/sluice/backends"
@@ -38,19 +38,26 @@ const statusClientClosed = 499
 // the rest). Each stage returns an error; errorFor turns it into what the
 // client sees.
 func (rt *Router) inference(w http.ResponseWriter, r *http.Request) {
-	start := rt.now()
-	model := ""
-	err := rt.serve(w, r, &model)
-	rt.finish(w, r, model, start, err)
+	rec := requestRecord{start: rt.now()}
+	var err error
+	// Deferred: a whole answer cut short ends this handler with a panic
+	// (http.ErrAbortHandler), and it is counted and logged all the same.
+	defer func() { rt.finish(w, r, &rec, err) }()
+	err = rt.serve(w, r, &rec)
+	rec.returned = true
+	traceFailure(r.Context(), err)
 }
 
 // serve runs the pipeline up to the answer; it returns nil once an answer
-// was relayed, or the error to show the client. model is set once known.
-func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) (err error) {
+// was relayed, or the error to show the client. It fills in rec as the
+// stages learn about the request.
+func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestRecord) (err error) {
+	model := &rec.model
 	tenant, err := rt.tenants.Load().Authenticate(r)
 	if err != nil {
 		return err
 	}
+	rec.tenant = tenant
 	body, err := rt.readBody(w, r)
 	if err != nil {
 		return err
@@ -63,7 +70,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) (
 	if rte == nil || (tenant != nil && !tenant.Allows(req.model)) {
 		return &modelNotFoundError{model: req.model} // the same answer: a tenant cannot probe
 	}
-	*model = req.model
+	*model, rec.promptEstimate = req.model, req.promptTokens
 	if rte.TotalTimeout > 0 {
 		ctx, cancel := context.WithTimeoutCause(r.Context(), rte.TotalTimeout, proxy.ErrTotalTimeout)
 		defer cancel()
@@ -94,17 +101,19 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) (
 		return err
 	}
 	preq.Class = class.String()
+	rec.class = preq.Class
 	if req.serviceTier != "" {
 		preq.ServiceTier = class.String()
 	}
-	var out backends.Outcome
+	traceRequest(r.Context(), *model, req.model, tenant, preq.Class)
+	out := &rec.out
 	if tenant == nil {
 		ticket, err := rt.admit(r, rte, &preq, class, nil)
 		if err != nil {
 			return err
 		}
 		defer ticket.Release()
-		return rt.forward(w, r, rte, &preq, body, false, ticket, &out)
+		return rt.forward(w, r, rte, &preq, body, false, ticket, rec)
 	}
 	preq.Tenant, preq.Tier, preq.Priority = tenant.Name, tenant.Tier, tenant.Priority
 	ask := quota.Amount{Requests: 1, Input: int64(req.promptTokens)}
@@ -114,7 +123,9 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) (
 			ask.Output = int64(tenant.DefaultMaxTokens)
 		}
 	}
+	span := rt.stageSpan(r.Context(), "limit")
 	res, err := rt.limiter.Reserve(r.Context(), tenant.Name, tenant.Limits, ask)
+	endLimit(span, tenant, res, err)
 	if err != nil {
 		var re *quota.RejectError
 		if errors.As(err, &re) {
@@ -146,10 +157,10 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, model *string) (
 			}
 		}
 		rt.limiter.Settle(res, used)
-		rt.metrics.tokens.WithLabelValues(tenant.Tier, "input").Add(float64(used.Input))
-		rt.metrics.tokens.WithLabelValues(tenant.Tier, "output").Add(float64(used.Output))
+		rt.metrics.tokens.WithLabelValues(tenant.Name, tenant.Tier, "input").Add(float64(used.Input))
+		rt.metrics.tokens.WithLabelValues(tenant.Name, tenant.Tier, "output").Add(float64(used.Output))
 	}()
-	return rt.forward(w, r, rte, &preq, body, strip, ticket, &out)
+	return rt.forward(w, r, rte, &preq, body, strip, ticket, rec)
 }
 
 // fallback returns the route that takes rte's requests while none of its
@@ -207,7 +218,9 @@ func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, cla
 	if t != nil {
 		ar.Tenant, ar.TierPriority, ar.Weight = t.Name, t.Priority, float64(max(t.Weight, 1))
 	}
+	span := rt.stageSpan(r.Context(), "admission")
 	ticket, err := rte.Gate.Admit(r.Context(), ar)
+	endAdmission(span, class, ticket, err)
 	var shed *admission.ShedError
 	switch {
 	case errors.As(err, &shed):
@@ -223,25 +236,29 @@ func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, cla
 }
 
 // forward picks and proxies, retrying endpoints that could not be reached.
-// It leaves the outcome of the last attempt in out (also when the attempt
-// panics with http.ErrAbortHandler) and returns nil once a response was
-// relayed, or the error to show the client.
-func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, preq *policies.Request, body []byte, strip bool, ticket *admission.Ticket, out *backends.Outcome) error {
+// It leaves the last attempt's backend and outcome in rec (also when the
+// attempt panics with http.ErrAbortHandler) and returns nil once a
+// response was relayed, or the error to show the client.
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, preq *policies.Request, body []byte, strip bool, ticket *admission.Ticket, rec *requestRecord) error {
+	out := &rec.out
 	if preq.ServiceTier != "" {
 		w = measure.NewTierWriter(w, preq.ServiceTier) // the answer names the class that served it
 	}
 	r = r.WithContext(proxy.WithFirstByteTimeout(r.Context(), rte.FirstByteTimeout))
 	var tried []*backends.Endpoint
+	retryReason := "" // why the attempt before did not answer
 	rt.retryBudget.deposit()
 	for attempt := 0; attempt <= rt.retries; attempt++ {
 		now := rt.now()
 		var ep *backends.Endpoint
 		others := false // another endpoint than ep is in routing (worth a retry)
+		pick, candidates := rt.stageSpan(r.Context(), "pick"), 0
 		switch {
 		case ticket != nil && attempt == 0:
 			ep = ticket.Endpoint() // admission bound it already
 		case ticket != nil:
 			if ticket.Rebind(r.Context(), preq, tried) != nil {
+				endPick(pick, rte, nil, 0, true)
 				return &upstreamError{class: backends.ClassUnreachable}
 			}
 			ep = ticket.Endpoint()
@@ -254,11 +271,13 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 				break
 			}
 			others = len(cands) > 1 // cands holds neither the endpoints tried nor a second ep
+			candidates = len(cands)
 			var err error
 			if ep, err = rte.Picker.Pick(r.Context(), preq, cands); err != nil {
 				ep = nil
 			}
 		}
+		endPick(pick, rte, ep, candidates, ticket != nil)
 		if ep == nil {
 			break
 		}
@@ -267,6 +286,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 			var ok bool
 			if done, ok = b.Allow(); !ok { // open, or half-open with its probes out
 				tried = append(tried, ep)
+				retryReason = "breaker_open"
 				continue
 			}
 		}
@@ -276,7 +296,8 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 			others = rt.another(rte, ep, tried, now)
 		}
 		canRetry := attempt < rt.retries && others
-		aerr := rt.attempt(w, r, ep, preq, body, strip, out, done, canRetry)
+		rec.backend, rec.sentAt = ep.Address(), now
+		aerr := rt.attempt(w, r, ep, preq, body, strip, out, done, canRetry, attempt+1, retryReason)
 		if aerr == nil {
 			return nil
 		}
@@ -289,6 +310,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		}
 		rt.metrics.retries.WithLabelValues(out.Class.String()).Inc()
 		tried = append(tried, ep)
+		retryReason = out.Class.String()
 	}
 	if len(tried) > 0 {
 		return &upstreamError{class: backends.ClassUnreachable}
@@ -303,14 +325,18 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 //
 // With turnBack, a 502, 503 or 429 answer is not relayed: the attempt
 // fails with it, so that the caller can try another backend.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass), turnBack bool) (err error) {
-	ctx, span := rt.attempts.Start(r.Context(), "upstream", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("sluice.backend", ep.Address())))
-	r = r.WithContext(ctx)
-	g := rt.metrics.inFlight.WithLabelValues(ep.Address())
+//
+// n numbers the attempt from 1, and retryReason says why the one before
+// did not answer; both are for its span.
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass), turnBack bool, n int, retryReason string) (err error) {
+	reqSpan := trace.SpanFromContext(r.Context())
+	ctx, span := rt.startSpan(r.Context(), "upstream", trace.SpanKindClient)
+	if span.IsRecording() {
+		r = r.WithContext(ctx)
+		startAttempt(span, ep, n, retryReason)
+	}
 	start := rt.now()
 	att := ep.Start(int64(preq.PromptTokens), preq.ExpectedTokens())
-	g.Inc()
 	*out = backends.Outcome{Class: backends.ClassFailed} // kept if Forward panics with http.ErrAbortHandler mid-stream
 	mw := measure.NewWriter(w, start, rt.now)
 	mw.StripUsageChunk = strip
@@ -330,10 +356,11 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 			out.Class = backends.ClassClientGone // the client hung up mid-answer; the backend did nothing wrong
 		}
 		fillOutcome(out, res)
-		g.Dec()
 		rt.metrics.attempts.WithLabelValues(ep.Address(), out.Class.String()).Inc()
-		span.SetAttributes(attribute.String("sluice.outcome", out.Class.String()))
-		span.End()
+		endAttempt(span, out, err)
+		if err == nil { // relayed (or broken off mid-stream): the request's answer
+			traceAnswer(reqSpan, out)
+		}
 		if breakerDone != nil {
 			breakerDone(out.Class)
 		}
@@ -493,27 +520,33 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 }
 
 // finish writes err (if any, and if the client is still there) as the
-// client's answer and records the request's metrics.
-func (rt *Router) finish(w http.ResponseWriter, r *http.Request, model string, start time.Time, err error) {
+// client's answer, then records the request's metrics and its log line.
+// The status recorded is the one the client got: the error's, or the
+// relayed answer's own.
+func (rt *Router) finish(w http.ResponseWriter, r *http.Request, rec *requestRecord, err error) {
 	route := r.URL.Path
-	code := http.StatusOK
-	if err != nil {
+	code, errCode := http.StatusOK, ""
+	switch {
+	case !rec.returned: // panicked: the answer was cut short
+		code, errCode = cmp.Or(rec.out.Status, http.StatusInternalServerError), "response_aborted"
+	case err != nil:
 		apiErr := errorFor(err)
-		code = apiErr.Status
+		code, errCode = apiErr.Status, apiErr.Code
 		if code != statusClientClosed {
 			writeError(w, apiErr)
+		} else {
+			errCode = "client_closed"
 		}
 		if code >= 500 {
-			rt.log.Warn("request failed", "status", code, "model", model, "route", route,
+			rt.log.Warn("request failed", "status", code, "model", rec.model, "route", route,
 				"request_id", middleware.RequestIDFrom(r.Context()), "err", err)
 		}
+	case rec.out.Status != 0:
+		code = rec.out.Status
 	}
-	label := model
-	if label == "" {
-		label = "none" // unknown or unparsed: never echo client input into labels
-	}
-	rt.metrics.requests.WithLabelValues(label, route, strconv.Itoa(code)).Inc()
-	rt.metrics.duration.WithLabelValues(label, route).Observe(rt.now().Sub(start).Seconds())
+	elapsed := rt.now().Sub(rec.start)
+	rt.metrics.observe(route, code, elapsed, rec)
+	rt.logRequest(r.Context(), route, code, errCode, elapsed, rec)
 }
 
 type modelObject struct {

@@ -1,47 +1,69 @@
 package router
 
 import (
+	"strconv"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-llm/sluice/backends"
 )
 
-// metrics are the router's collectors. Labels stay low-cardinality: model
-// names and backend addresses come from the config, never from clients.
+// metrics are the router's collectors. Labels stay low-cardinality: model,
+// tier, tenant and class names and backend addresses come from the config,
+// never from clients. What is read from the routing table (backends'
+// load, admission queues) is collected at scrape time by fleetCollector.
 type metrics struct {
-	requests *prometheus.CounterVec   // model, route, code
-	duration *prometheus.HistogramVec // model, route
+	requests *prometheus.CounterVec   // model, route, tier, class, code
+	duration *prometheus.HistogramVec // model, route, tier, class, code
+	ttft     *prometheus.HistogramVec // model, class
+	tpot     *prometheus.HistogramVec // model, class
 	attempts *prometheus.CounterVec   // backend, outcome
-	inFlight *prometheus.GaugeVec     // backend
-	tokens   *prometheus.CounterVec   // tier, kind
+	tokens   *prometheus.CounterVec   // tenant, tier, kind
 
 	retries       *prometheus.CounterVec   // reason
 	fallbacks     *prometheus.CounterVec   // model, to
 	admissionWait *prometheus.HistogramVec // model, class
 	shed          *prometheus.CounterVec   // model, class, reason
+
+	// codes are the status codes' label values, formatted once so that
+	// recording a request formats nothing.
+	codes [600]string
 }
+
+// noLabel is the label value for what a request never got to (an unknown
+// model, a request without a tenant): never the client's input.
+const noLabel = "none"
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_http_requests_total",
-			Help: "Inference requests answered, by model, route and status code.",
-		}, []string{"model", "route", "code"}),
+			Help: "Inference requests answered, by model, route, tenant tier, service class and status code (tier and class \"none\" before they are known; tier \"none\" without tenants).",
+		}, []string{"model", "route", "tier", "class", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_http_request_duration_seconds",
-			Help:    "Time from request arrival to the end of the answer, by model and route.",
+			Help:    "Time from request arrival to the end of the answer, by model, route, tenant tier, service class and status code.",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-		}, []string{"model", "route"}),
+		}, []string{"model", "route", "tier", "class", "code"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_time_to_first_token_seconds",
+			Help:    "Streamed answers' time from the request's arrival (limits, admission wait and retries included) to the first byte of the answer, by model and service class.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2.5, 5, 10, 20, 60},
+		}, []string{"model", "class"}),
+		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_time_per_output_token_seconds",
+			Help:    "Streamed answers' mean time between output tokens after the first, one observation per answer, by model and service class.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1},
+		}, []string{"model", "class"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total",
 			Help: "Attempts sent to backends, by backend and outcome: ok, upstream_4xx, upstream_5xx, unreachable, timeout, failed (the answer broke off after it started), client_gone.",
 		}, []string{"backend", "outcome"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_upstream_in_flight_requests",
-			Help: "Requests this replica has open to each backend.",
-		}, []string{"backend"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tenant_tokens_total",
-			Help: "Tokens charged to tenants after settlement, by tier and kind (input, output).",
-		}, []string{"tier", "kind"}),
+			Help: "Tokens charged to tenants after settlement, by tenant, tier and kind (input, output).",
+		}, []string{"tenant", "tier", "kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_retries_total",
 			Help: "Requests tried again on another backend, by how the attempt before failed.",
@@ -60,10 +82,48 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests the admission queue shed, by model, service class and reason (queue full, waited too long).",
 		}, []string{"model", "class", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.attempts, m.inFlight, m.tokens, m.retries, m.fallbacks, m.admissionWait, m.shed} {
+	for c := range m.codes {
+		m.codes[c] = strconv.Itoa(c)
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.attempts, m.tokens, m.retries,
+		m.fallbacks, m.admissionWait, m.shed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// code is status's label value.
+func (m *metrics) code(status int) string {
+	if status >= 0 && status < len(m.codes) {
+		return m.codes[status]
+	}
+	return strconv.Itoa(status)
+}
+
+// observe records a finished inference request: its count and latency and,
+// for a streamed answer, its time to first token and per output token.
+func (m *metrics) observe(route string, status int, elapsed time.Duration, rec *requestRecord) {
+	model, tier, class := labelOr(rec.model), noLabel, labelOr(rec.class)
+	if rec.tenant != nil {
+		tier = rec.tenant.Tier
+	}
+	code := m.code(status)
+	m.requests.WithLabelValues(model, route, tier, class, code).Inc()
+	m.duration.WithLabelValues(model, route, tier, class, code).Observe(elapsed.Seconds())
+	if d := rec.ttft(); d > 0 {
+		m.ttft.WithLabelValues(model, class).Observe(d.Seconds())
+		if o := rec.out; o.DecodeTokens > 0 && (o.Class == backends.ClassOK || o.Class == backends.ClassClientGone) {
+			m.tpot.WithLabelValues(model, class).Observe(o.Decode.Seconds() / float64(o.DecodeTokens))
+		}
+	}
+}
+
+// labelOr is v, or noLabel when v is empty.
+func labelOr(v string) string {
+	if v == "" {
+		return noLabel
+	}
+	return v
 }

@@ -37,6 +37,9 @@ type Route struct {
 	// Fallbacks name other routes of the table, in order, that take this
 	// route's requests while none of its endpoints is in routing.
 	Fallbacks []string
+	// Policy is the Picker's config name, recorded on pick spans. Default:
+	// the Picker's Go type.
+	Policy string
 	// FirstByteTimeout bounds each attempt's wait for its backend's
 	// response headers (for a whole answer, the answer); past it the
 	// attempt is a timeout and another backend may be tried. Zero: the
@@ -96,6 +99,11 @@ type Options struct {
 	Transport http.RoundTripper
 	// Logger for errors and transitions. Default slog.Default().
 	Logger *slog.Logger
+	// RequestLog, when set, gets one Info line per inference request
+	// (message "request": request_id, route, tenant, model, class,
+	// backend, status, input_tokens, output_tokens, latency_ms, ttft_ms
+	// for a stream, error for a failure). Default: none.
+	RequestLog *slog.Logger
 	// Metrics is where the router registers its collectors, served on
 	// /metrics. Default: a new private registry.
 	Metrics *prometheus.Registry
@@ -119,6 +127,11 @@ type Options struct {
 	BodyReadTimeout time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Batch, when set, serves OpenAI's Files and Batch APIs (/v1/files,
+	// /v1/batches and the paths under them). The router authenticates
+	// each request first and passes the tenant in its context
+	// (auth.TenantFrom). Default: not served (404).
+	Batch http.Handler
 }
 
 // DefaultSessionHeader is the default Options.SessionHeader.
@@ -138,12 +151,14 @@ type Router struct {
 	cooldown    time.Duration
 	proxy       *proxy.Proxy
 	log         *slog.Logger
+	requestLog  *slog.Logger
 	metrics     *metrics
 	registry    *prometheus.Registry
 	tracer      trace.TracerProvider
 	attempts    trace.Tracer
 	now         func() time.Time
 	created     int64
+	batch       http.Handler
 
 	sessionHeader string // canonical form
 }
@@ -207,6 +222,7 @@ func New(o Options) (*Router, error) {
 		cooldown:    o.Cooldown,
 		proxy:       px,
 		log:         o.Logger,
+		requestLog:  o.RequestLog,
 		metrics:     m,
 		registry:    o.Metrics,
 		tracer:      o.TracerProvider,
@@ -216,10 +232,14 @@ func New(o Options) (*Router, error) {
 		limiter:     o.Limiter,
 		retryBudget: newRetryBudget(0.2, 10, 100),
 		bodyWait:    o.BodyReadTimeout,
+		batch:       o.Batch,
 
 		sessionHeader: textproto.CanonicalMIMEHeaderKey(o.SessionHeader),
 	}
 	rt.table.Store(o.Table)
+	if err := o.Metrics.Register(newFleetCollector(rt)); err != nil {
+		return nil, err
+	}
 	rt.tenants.Store(o.Tenants)
 	return rt, nil
 }
@@ -294,6 +314,28 @@ func (rt *Router) Handler() http.Handler {
 		r.Post("/chat/completions", rt.inference)
 		r.Post("/completions", rt.inference)
 		r.Post("/embeddings", rt.inference)
+		if rt.batch != nil {
+			b := rt.authenticated(rt.batch)
+			for _, p := range []string{"/files", "/files/*", "/batches", "/batches/*"} {
+				r.Handle(p, b)
+			}
+		}
 	})
 	return r
+}
+
+// authenticated serves next only to a request with a valid key (any
+// request, without tenants), passing its tenant on in the context.
+func (rt *Router) authenticated(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, err := rt.tenants.Load().Authenticate(r)
+		if err != nil {
+			writeError(w, errorFor(err))
+			return
+		}
+		if t != nil {
+			r = r.WithContext(auth.WithTenant(r.Context(), t))
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -350,7 +350,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	// The request is counted as its handler returns, which can be just
 	// after the client has its answer.
-	want := `sluice_http_requests_total{code="200",model="llama-3-8b",route="/v1/chat/completions"} 1`
+	want := `sluice_http_requests_total{class="default",code="200",model="llama-3-8b",route="/v1/chat/completions",tier="none"} 1`
 	var text string
 	require.Eventually(t, func() bool { text = scrape(t, s); return strings.Contains(text, want) },
 		5*time.Second, time.Millisecond)

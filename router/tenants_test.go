@@ -229,7 +229,7 @@ func TestStreamUsageIsSettledExactlyAndHiddenFromTheClient(t *testing.T) {
 	require.Positive(t, content)
 	gen := w.Load().GenerationTokens
 	metrics := scrape(t, s)
-	assert.Contains(t, metrics, `sluice_tenant_tokens_total{kind="output",tier="pro"} `+strconv.FormatInt(gen, 10)+"\n",
+	assert.Contains(t, metrics, `sluice_tenant_tokens_total{kind="output",tenant="acme",tier="pro"} `+strconv.FormatInt(gen, 10)+"\n",
 		"charged the worker's own count")
 
 	// A client that asked for usage itself gets it.
@@ -262,10 +262,10 @@ func TestStreamCutByTheClientIsChargedWhatWasRelayed(t *testing.T) {
 	var charged float64
 	require.Eventually(t, func() bool { // settled as the handler returns, just after the client left
 		page := scrape(t, s)
-		if !strings.Contains(page, `sluice_tenant_tokens_total{kind="output",tier="pro"}`) {
+		if !strings.Contains(page, `sluice_tenant_tokens_total{kind="output",tenant="acme",tier="pro"}`) {
 			return false
 		}
-		charged = counterValue(t, page, `sluice_tenant_tokens_total{kind="output",tier="pro"}`)
+		charged = counterValue(t, page, `sluice_tenant_tokens_total{kind="output",tenant="acme",tier="pro"}`)
 		return true
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.GreaterOrEqual(t, charged, float64(read-1), "at least what the client read (less the role chunk)")

@@ -2,37 +2,285 @@ package router_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-llm/sluice/gpuworker"
+	"github.com/sluice-llm/sluice/policies/quota"
 	"github.com/sluice-llm/sluice/router"
+	"github.com/sluice-llm/sluice/router/auth"
 )
 
-func TestSpansPerRequestAndAttempt(t *testing.T) {
+const requestSpan = "POST /v1/chat/completions"
+
+// recorded returns a tracer provider recording every span in memory.
+func recorded(t testing.TB) (*tracetest.SpanRecorder, *sdktrace.TracerProvider) {
+	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	return rec, tp
+}
 
+// traces waits until n request spans have ended (they end as the handler
+// returns, which can be just after the client has its answer) and returns
+// the ended spans of each request's trace, by request, in order; a stage
+// span ends before its request span.
+func traces(t *testing.T, rec *tracetest.SpanRecorder, n int) []map[string][]sdktrace.ReadOnlySpan {
+	t.Helper()
+	var roots []sdktrace.ReadOnlySpan
+	require.Eventually(t, func() bool {
+		roots = roots[:0]
+		for _, s := range rec.Ended() {
+			if s.Name() == requestSpan {
+				roots = append(roots, s)
+			}
+		}
+		return len(roots) == n
+	}, 5*time.Second, time.Millisecond)
+	out := make([]map[string][]sdktrace.ReadOnlySpan, n)
+	for i, root := range roots {
+		out[i] = map[string][]sdktrace.ReadOnlySpan{}
+		for _, s := range rec.Ended() {
+			if s.SpanContext().TraceID() == root.SpanContext().TraceID() {
+				out[i][s.Name()] = append(out[i][s.Name()], s)
+			}
+		}
+	}
+	return out
+}
+
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// childOf asserts that every span in spans is a child of parent.
+func childOf(t *testing.T, parent sdktrace.ReadOnlySpan, spans ...sdktrace.ReadOnlySpan) {
+	t.Helper()
+	for _, s := range spans {
+		assert.Equal(t, parent.SpanContext().TraceID(), s.SpanContext().TraceID(), s.Name())
+		assert.Equal(t, parent.SpanContext().SpanID(), s.Parent().SpanID(), "%s is a child of %s", s.Name(), parent.Name())
+	}
+}
+
+// headerWorker is a gpuworker that keeps the traceparent header of the
+// requests it serves.
+type headerWorker struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []string
+}
+
+func (h *headerWorker) traceparents() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.got...)
+}
+
+func startHeaderWorker(t *testing.T) *headerWorker {
+	t.Helper()
+	w, err := gpuworker.New(gpuworker.Options{Model: model, Profile: "instant"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	h := &headerWorker{}
+	next := w.Handler()
+	h.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		h.got = append(h.got, r.Header.Get("Traceparent"))
+		h.mu.Unlock()
+		next.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(func() {
+		h.srv.Close()
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return h
+}
+
+func TestSpansForEachPipelineStage(t *testing.T) {
+	rec, tp := recorded(t)
+	w := startHeaderWorker(t)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro", Limits: quota.Limits{RequestsPerMinute: 100, RequestBurst: 100}})
+	opts.TracerProvider = tp
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 2})
+	c := s.keyed(t, "sk-acme", 0)
+	_, err := c.Chat.Completions.New(context.Background(), withTier(chatParams(model), "priority"))
+	require.NoError(t, err)
+
+	tr := traces(t, rec, 1)[0]
+	for _, name := range []string{requestSpan, "limit", "admission", "pick", "upstream"} {
+		require.Len(t, tr[name], 1, name)
+	}
+	req, limit, admit, pick, up := tr[requestSpan][0], tr["limit"][0], tr["admission"][0], tr["pick"][0], tr["upstream"][0]
+	childOf(t, req, limit, admit, pick, up)
+	for _, pair := range [][2]sdktrace.ReadOnlySpan{{limit, admit}, {admit, pick}, {pick, up}} {
+		assert.False(t, pair[1].StartTime().Before(pair[0].EndTime()), "%s runs after %s", pair[1].Name(), pair[0].Name())
+	}
+
+	ra := attrs(req)
+	assert.Equal(t, model, ra["gen_ai.request.model"].AsString())
+	assert.Equal(t, "acme", ra["sluice.tenant"].AsString())
+	assert.Equal(t, "pro", ra["sluice.tier"].AsString())
+	assert.Equal(t, "priority", ra["sluice.class"].AsString())
+	assert.EqualValues(t, http.StatusOK, ra["http.response.status_code"].AsInt64())
+	assert.Positive(t, ra["gen_ai.usage.input_tokens"].AsInt64())
+	assert.EqualValues(t, 8, ra["gen_ai.usage.output_tokens"].AsInt64())
+	assert.Equal(t, codes.Unset, req.Status().Code)
+
+	la := attrs(limit)
+	assert.Equal(t, "acme", la["sluice.tenant"].AsString())
+	assert.Equal(t, "pro", la["sluice.tier"].AsString())
+	assert.Equal(t, "allowed", la["sluice.limit.decision"].AsString())
+	assert.EqualValues(t, 99, la["sluice.limit.requests_remaining"].AsInt64())
+
+	aa := attrs(admit)
+	assert.Equal(t, "priority", aa["sluice.class"].AsString())
+	assert.Equal(t, "admitted", aa["sluice.admission.outcome"].AsString())
+	assert.Contains(t, aa, attribute.Key("sluice.admission.waited_ms"))
+
+	pa := attrs(pick)
+	assert.Equal(t, "*leastrequest.Balancer", pa["sluice.policy"].AsString(), "the Picker's type when the route names no policy")
+	assert.Equal(t, w.srv.URL, pa["sluice.backend"].AsString())
+	assert.True(t, pa["sluice.pick.by_admission"].AsBool())
+
+	ua := attrs(up)
+	assert.Equal(t, trace.SpanKindClient, up.SpanKind())
+	assert.Equal(t, w.srv.URL, ua["sluice.backend"].AsString())
+	assert.EqualValues(t, 1, ua["sluice.attempt"].AsInt64())
+	assert.NotContains(t, ua, attribute.Key("sluice.retry_reason"))
+	assert.Equal(t, "ok", ua["sluice.outcome"].AsString())
+	assert.EqualValues(t, http.StatusOK, ua["http.response.status_code"].AsInt64())
+
+	// The backend continues the trace under the attempt's span.
+	got := w.traceparents()
+	require.Len(t, got, 1)
+	parts := strings.Split(got[0], "-")
+	require.Len(t, parts, 4, got[0])
+	assert.Equal(t, req.SpanContext().TraceID().String(), parts[1])
+	assert.Equal(t, up.SpanContext().SpanID().String(), parts[2])
+	assert.Equal(t, "01", parts[3], "sampled")
+}
+
+func TestSpansForARetriedRequest(t *testing.T) {
+	rec, tp := recorded(t)
 	w := startWorker(t, model, "instant", 0)
-	s := startSluice(t, router.Options{TracerProvider: tp}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	dead := deadURL(t)
+	s := startSluice(t, router.Options{Retries: 1, Cooldown: time.Hour, TracerProvider: tp},
+		routeSpec{model: model, policy: "round_robin", urls: []string{dead, w.srv.URL}})
 	c := s.client(t)
 	_, err := c.Chat.Completions.New(context.Background(), chatParams(model))
 	require.NoError(t, err)
 
-	// Both spans end as the handlers return, which can be just after the
-	// client has its answer.
-	require.Eventually(t, func() bool { return len(rec.Ended()) == 2 }, 5*time.Second, time.Millisecond)
-	spans := rec.Ended()
-	upstream, server := spans[0], spans[1]
-	assert.Equal(t, "upstream", upstream.Name())
-	assert.Equal(t, "POST /v1/chat/completions", server.Name())
-	assert.Equal(t, server.SpanContext().SpanID(), upstream.Parent().SpanID())
-	assert.Contains(t, upstream.Attributes(), attribute.String("sluice.backend", w.srv.URL))
-	assert.Contains(t, upstream.Attributes(), attribute.String("sluice.outcome", "ok"))
+	tr := traces(t, rec, 1)[0]
+	req := tr[requestSpan][0]
+	require.Len(t, tr["upstream"], 2)
+	require.Len(t, tr["pick"], 2)
+	childOf(t, req, append(tr["upstream"], tr["pick"]...)...)
+	first, second := tr["upstream"][0], tr["upstream"][1]
+	if attrs(first)["sluice.attempt"].AsInt64() == 2 {
+		first, second = second, first
+	}
+
+	fa := attrs(first)
+	assert.Equal(t, dead, fa["sluice.backend"].AsString())
+	assert.EqualValues(t, 1, fa["sluice.attempt"].AsInt64())
+	assert.Equal(t, "unreachable", fa["sluice.outcome"].AsString())
+	assert.NotContains(t, fa, attribute.Key("http.response.status_code"), "nothing answered")
+	assert.Equal(t, codes.Error, first.Status().Code)
+
+	sa := attrs(second)
+	assert.Equal(t, w.srv.URL, sa["sluice.backend"].AsString())
+	assert.EqualValues(t, 2, sa["sluice.attempt"].AsInt64())
+	assert.Equal(t, "unreachable", sa["sluice.retry_reason"].AsString())
+	assert.Equal(t, "ok", sa["sluice.outcome"].AsString())
+	assert.Equal(t, codes.Unset, second.Status().Code)
+
+	for _, p := range tr["pick"] {
+		pa := attrs(p)
+		assert.Equal(t, "*roundrobin.Balancer", pa["sluice.policy"].AsString())
+		assert.NotContains(t, pa, attribute.Key("sluice.pick.by_admission"))
+	}
+	assert.EqualValues(t, http.StatusOK, attrs(req)["http.response.status_code"].AsInt64())
+}
+
+func TestSpansForARateLimitedRequest(t *testing.T) {
+	rec, tp := recorded(t)
+	w := startWorker(t, model, "instant", 0)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free", Limits: quota.Limits{RequestsPerMinute: 1, RequestBurst: 1}})
+	opts.TracerProvider = tp
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.keyed(t, "sk-acme", 0)
+	_, err := c.Chat.Completions.New(context.Background(), chatParams(model))
+	require.NoError(t, err)
+	traces(t, rec, 1) // the first request's spans have ended: the next trace is the 429's
+	_, err = c.Chat.Completions.New(context.Background(), chatParams(model))
+	assertAPIError(t, err, http.StatusTooManyRequests, "rate_limit_exceeded")
+
+	tr := traces(t, rec, 2)[1]
+	assert.Len(t, tr, 2, "the request and its limit span, no later stage")
+	req, limit := tr[requestSpan][0], tr["limit"][0]
+	childOf(t, req, limit)
+	la := attrs(limit)
+	assert.Equal(t, "denied", la["sluice.limit.decision"].AsString())
+	assert.Equal(t, "requests", la["sluice.limit.denied"].AsString())
+	assert.Positive(t, la["sluice.limit.retry_after_ms"].AsInt64())
+	ra := attrs(req)
+	assert.EqualValues(t, http.StatusTooManyRequests, ra["http.response.status_code"].AsInt64())
+	assert.Equal(t, "acme", ra["sluice.tenant"].AsString())
+	assert.Equal(t, codes.Unset, req.Status().Code, "a 4xx is the client's, not a server error")
+}
+
+// BenchmarkStages sends requests through every stage (a tenant's limits,
+// an admission gate, a pick, one attempt) with tracing off, and on into an
+// SDK with no exporter, to show what the stage spans cost.
+func BenchmarkStages(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			w := startWorker(b, model, "instant", 0)
+			opts := withTenants(b, &auth.Tenant{Name: "acme", Tier: "pro"})
+			if on {
+				tp := sdktrace.NewTracerProvider()
+				b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+				opts.TracerProvider = tp
+			}
+			s := startSluice(b, opts, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 64})
+			body := `{"model":"` + model + `","max_tokens":16,"messages":[{"role":"user","content":"hello there, fleet"}]}`
+			client := &http.Client{Transport: &http.Transport{}}
+			defer client.CloseIdleConnections()
+			b.ReportAllocs()
+			for b.Loop() {
+				req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+				require.NoError(b, err)
+				req.Header.Set("Authorization", "Bearer sk-acme")
+				req.Header.Set("Content-Type", "application/json")
+				res, err := client.Do(req)
+				require.NoError(b, err)
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", res.StatusCode)
+				}
+			}
+		})
+	}
 }

@@ -79,7 +79,7 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 			errs = append(errs, &configs.FieldError{Field: p, Message: err.Error()})
 			continue
 		}
-		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: m.Fallbacks,
+		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: m.Fallbacks, Policy: m.Policy,
 			FirstByteTimeout: cmp.Or(m.Timeouts.FirstByte, c.Upstream.ResponseHeaderTimeout).Std(),
 			TotalTimeout:     m.Timeouts.Total.Std()}
 		if m.AdmissionOn() {

@@ -4,39 +4,74 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // setupTracing returns the tracer provider for request spans and a shutdown
-// func that flushes it. Tracing is off (a no-op provider) unless an OTLP
-// endpoint is set in OTEL_EXPORTER_OTLP_ENDPOINT or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; the exporter and SDK then read every
-// other OTEL_* variable themselves (headers, sampler, service name,
-// resource attributes). OTEL_SDK_DISABLED=true turns it off.
+// func that flushes it.
+//
+// Tracing is off (a no-op provider, which costs the router nothing) unless
+// an OTLP endpoint is set in OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; OTEL_SDK_DISABLED=true and
+// OTEL_TRACES_EXPORTER=none turn it off too. Spans go out as OTLP over
+// HTTP/protobuf: another OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL or
+// OTEL_TRACES_EXPORTER is an error rather than an exporter that silently
+// fails. The exporter and the SDK read every other OTEL_* variable
+// themselves: headers, timeout, TLS, sampler (OTEL_TRACES_SAMPLER and
+// OTEL_TRACES_SAMPLER_ARG), batching (OTEL_BSP_*) and span limits. The
+// resource is described by newResource.
 func setupTracing(ctx context.Context) (trace.TracerProvider, func(context.Context) error, error) {
 	off := func(context.Context) error { return nil }
-	if os.Getenv("OTEL_SDK_DISABLED") == "true" ||
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") ||
 		(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "") {
 		return noop.NewTracerProvider(), off, nil
+	}
+	switch exp := os.Getenv("OTEL_TRACES_EXPORTER"); exp {
+	case "none":
+		return noop.NewTracerProvider(), off, nil
+	case "", "otlp":
+	default:
+		return nil, nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%s: sluice exports traces with otlp only (or none)", exp)
+	}
+	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if proto == "" {
+		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if proto != "" && proto != "http/protobuf" {
+		return nil, nil, fmt.Errorf("OTLP protocol %s: sluice exports traces over http/protobuf only", proto)
+	}
+	res, err := newResource(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("otlp trace exporter: %w", err)
 	}
-	res, err := resource.Merge(resource.Default(),
-		resource.NewSchemaless(attribute.String("service.name", "sluice")))
-	if err != nil {
-		return nil, nil, fmt.Errorf("otel resource: %w", err)
-	}
-	if os.Getenv("OTEL_SERVICE_NAME") != "" {
-		res = resource.Default() // the environment names the service
-	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return tp, tp.Shutdown, nil
+}
+
+// newResource describes the process to the trace backend: service.name is
+// "sluice" unless OTEL_SERVICE_NAME names it (or, failing that,
+// service.name in OTEL_RESOURCE_ATTRIBUTES), with the other
+// OTEL_RESOURCE_ATTRIBUTES and the SDK's own attributes. It reads the
+// environment on every call (resource.Default reads it once per process).
+func newResource(ctx context.Context) (*resource.Resource, error) {
+	res, err := resource.New(ctx,
+		resource.WithTelemetrySDK(),
+		resource.WithAttributes(semconv.ServiceName("sluice")),
+		resource.WithFromEnv(), // last: the environment wins
+	)
+	if err != nil {
+		return nil, fmt.Errorf("otel resource: %w", err)
+	}
+	return res, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // TestTracesReachAnOTLPCollector sets OTEL_EXPORTER_OTLP_ENDPOINT to a
@@ -54,4 +55,124 @@ func TestTracesReachAnOTLPCollector(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	assert.Positive(t, exports.Load(), "shutdown flushed the spans to the collector")
+}
+
+// otelVars are the variables the tracing tests set; each test clears them
+// all first, so that the environment it runs in cannot leak in.
+var otelVars = []string{"OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+	"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+	"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"}
+
+func setOtelEnv(t *testing.T, env map[string]string) {
+	t.Helper()
+	for _, k := range otelVars {
+		t.Setenv(k, env[k])
+	}
+}
+
+func TestTracingResourceNamesTheService(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"default", nil, "sluice"},
+		{"OTEL_SERVICE_NAME", map[string]string{"OTEL_SERVICE_NAME": "edge-router"}, "edge-router"},
+		{"OTEL_RESOURCE_ATTRIBUTES", map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs,deployment.environment=prod"}, "from-attrs"},
+		{"OTEL_SERVICE_NAME wins", map[string]string{"OTEL_SERVICE_NAME": "edge-router", "OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs"}, "edge-router"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			setOtelEnv(t, tt.env)
+			res, err := newResource(context.Background())
+			require.NoError(t, err)
+			name, ok := res.Set().Value("service.name")
+			require.True(t, ok)
+			assert.Equal(t, tt.want, name.AsString())
+			_, ok = res.Set().Value("telemetry.sdk.language")
+			assert.True(t, ok, "the SDK describes itself")
+		})
+	}
+	setOtelEnv(t, map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod"})
+	res, err := newResource(context.Background())
+	require.NoError(t, err)
+	env, _ := res.Set().Value("deployment.environment")
+	assert.Equal(t, "prod", env.AsString(), "other resource attributes are kept")
+}
+
+// TestTracingHonoursTheSampler checks that the SDK reads
+// OTEL_TRACES_SAMPLER (and its argument) itself: nothing in Sluice does.
+func TestTracingHonoursTheSampler(t *testing.T) {
+	tests := []struct {
+		name      string
+		sampler   string
+		arg       string
+		recording bool
+	}{
+		{"default: parentbased_always_on", "", "", true},
+		{"always_off", "always_off", "", false},
+		{"traceidratio 0", "traceidratio", "0", false},
+		{"parentbased_traceidratio 1", "parentbased_traceidratio", "1", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			setOtelEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
+				"OTEL_TRACES_SAMPLER": tt.sampler, "OTEL_TRACES_SAMPLER_ARG": tt.arg})
+			tp, shutdown, err := setupTracing(context.Background())
+			require.NoError(t, err)
+			_, span := tp.Tracer("test").Start(context.Background(), "s")
+			assert.Equal(t, tt.recording, span.IsRecording())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = shutdown(ctx) // nothing listens: the flush of a sampled span fails
+		})
+	}
+}
+
+func TestTracingOff(t *testing.T) {
+	endpoint := "http://127.0.0.1:1"
+	tests := []struct {
+		name string
+		env  map[string]string
+		off  bool
+	}{
+		{"no endpoint", nil, true},
+		{"sdk disabled", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SDK_DISABLED": "TRUE"}, true},
+		{"exporter none", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "none"}, true},
+		{"endpoint", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, false},
+		{"traces protocol wins", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			setOtelEnv(t, tt.env)
+			tp, shutdown, err := setupTracing(context.Background())
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, shutdown(context.Background())) }()
+			_, isNoop := tp.(noop.TracerProvider)
+			assert.Equal(t, tt.off, isNoop)
+		})
+	}
+}
+
+// TestTracingRefusesWhatItCannotExport: an exporter or protocol Sluice
+// does not build is a startup error, not spans silently lost.
+func TestTracingRefusesWhatItCannotExport(t *testing.T) {
+	endpoint := "http://127.0.0.1:1"
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"zipkin", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER=zipkin"},
+		{"grpc", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTLP protocol grpc"},
+		{"http/json", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, "OTLP protocol http/json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			setOtelEnv(t, tt.env)
+			_, _, err := setupTracing(context.Background())
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
 }

@@ -84,7 +84,7 @@ func buildSluice(t *testing.T) string {
 	return bin
 }
 
-var listenLine = regexp.MustCompile(`msg="sluice listening" addr=(\S+)`)
+var listenLine = regexp.MustCompile(`"msg":"sluice listening","addr":"([^"]+)"`)
 
 // startReplica runs `sluice serve` as its own process and returns its address.
 func startReplica(t *testing.T, bin, config string, args ...string) string {
@@ -249,7 +249,7 @@ func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 	assert.Eventually(t, func() bool { // a handler settles just after its client has the last byte
 		charged = 0
 		for _, a := range three {
-			charged += sampleValue(t, scrapeText(t, a), `sluice_tenant_tokens_total{kind="output",tier="tokens"}`)
+			charged += sampleValue(t, scrapeText(t, a), `sluice_tenant_tokens_total{kind="output",tenant="tok",tier="tokens"}`)
 		}
 		return charged >= 950 && charged <= 1050
 	}, 5*time.Second, 20*time.Millisecond, "output tokens charged over three replicas within 5%% of 1,000 (%v)", gotTok)

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-llm/sluice/backends/loadscrape"
 	"github.com/sluice-llm/sluice/configs"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/router"
 	"github.com/sluice-llm/sluice/router/admin"
 	"github.com/sluice-llm/sluice/router/auth"
@@ -37,7 +38,10 @@ type runtime struct {
 	current *configs.Config // what serves now
 }
 
-var _ admin.Runtime = (*runtime)(nil)
+var (
+	_ admin.Runtime = (*runtime)(nil)
+	_ admin.Source  = (*runtime)(nil)
+)
 
 // Reload re-reads the config file; admin changes not written to the file
 // are replaced by it.
@@ -180,7 +184,8 @@ func (r *runtime) Backends() []admin.Backend {
 			}
 			v := admin.Backend{Model: m.Name, URL: e.Address(), Weight: e.Weight(), InRouting: e.Available(time.Now()),
 				Drained: e.Drained(), Breaker: "none", InFlight: e.InFlight(),
-				TTFTMillis: float64(e.TTFT().Microseconds()) / 1000, TokensPerSec: e.TokensPerSec()}
+				TTFTMillis: float64(e.TTFT().Microseconds()) / 1000, TokensPerSec: e.TokensPerSec(),
+				Requests: e.Requests(), Failures: e.Failures()}
 			if br := e.Breaker(); br != nil {
 				v.Breaker = br.State()
 			}
@@ -191,6 +196,48 @@ func (r *runtime) Backends() []admin.Backend {
 				}
 			}
 			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Tenants lists the serving tenants with their use as this replica's
+// limiter saw it; nil when the router is open.
+func (r *runtime) Tenants() []admin.TenantUse {
+	dir, lim := r.rt.Tenants(), r.rt.Limiter()
+	if dir.Open() || lim == nil {
+		return nil
+	}
+	out := make([]admin.TenantUse, 0, len(dir.Tenants()))
+	for _, t := range dir.Tenants() {
+		u := lim.Usage(t.Name)
+		l := t.Limits
+		v := admin.TenantUse{Name: t.Name, Tier: t.Tier,
+			Limits: admin.TenantLimits{RequestsPerMinute: l.RequestsPerMinute, InputTokensPerMinute: l.InputTokensPerMinute,
+				OutputTokensPerMinute: l.OutputTokensPerMinute, Concurrency: l.Concurrency, TokensPerDay: l.TokensPerDay},
+			InFlight: u.InFlight, Requests: u.LastMinute.Requests, InputTokens: u.LastMinute.Input,
+			OutputTokens: u.LastMinute.Output, Denied: u.DeniedLastMinute, TokensToday: u.Today,
+			RequestsTotal: u.Total.Requests, TokensTotal: u.Total.Tokens()}
+		if !u.LastAt.IsZero() {
+			v.Store = &admin.StoreWindow{At: u.LastAt,
+				RequestsLimit: u.Last.Requests.Limit, RequestsRemaining: u.Last.Requests.Remaining,
+				TokensLimit: u.Last.Tokens.Limit, TokensRemaining: u.Last.Tokens.Remaining}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// Queues lists every admission gate's classes, in the table's order.
+func (r *runtime) Queues() []admin.QueueClass {
+	var out []admin.QueueClass
+	for _, rte := range r.rt.Table().Routes() {
+		if rte.Gate == nil {
+			continue
+		}
+		for c, s := range rte.Gate.Stats() {
+			out = append(out, admin.QueueClass{Model: rte.Pool.Model(), Class: admission.Class(c).String(),
+				Waiting: s.Waiting, AdmittedTotal: s.Admitted, ShedTotal: s.Shed, WaitedSeconds: s.Waited.Seconds()})
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -48,7 +49,7 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice serve: --log-level: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv}))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -169,6 +170,9 @@ func runServer(ctx context.Context, o serverOptions) error {
 	ropts.Tenants = tenants
 	ropts.Limiter = limiter
 	ropts.Logger = o.log
+	if cfg.Log.RequestsOn() {
+		ropts.RequestLog = o.log
+	}
 	ropts.TracerProvider = tp
 	ropts.Metrics = metrics
 	ropts.Transport = proxy.NewTransport(proxy.TransportOptions{
@@ -176,6 +180,14 @@ func runServer(ctx context.Context, o serverOptions) error {
 		ResponseHeaderTimeout: -1, // each model's first_byte bounds its attempts (router.Route), so a reload changes it
 		MaxIdleConnsPerHost:   cfg.Upstream.MaxIdleConnsPerHost,
 	})
+	batches, err := newBatchAPI(cfg, cmp.Or(o.redisURL, cfg.Limits.RedisURL), o.log)
+	if err != nil {
+		return err
+	}
+	if batches != nil {
+		defer func() { _ = batches.close() }()
+		ropts.Batch = batches.svc
+	}
 	rt, err := router.New(ropts)
 	if err != nil {
 		return err
@@ -210,6 +222,15 @@ func runServer(ctx context.Context, o serverOptions) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.log.Handler(), slog.LevelWarn),
+	}
+	if batches != nil {
+		// Stopped as shutdown starts: lines running then are pending again
+		// for the next start.
+		stopBatches, err := batches.run(ctx, srv.Handler, metrics)
+		if err != nil {
+			return err
+		}
+		defer stopBatches()
 	}
 	for _, m := range cfg.Models {
 		o.log.Info("serving model", "model", m.Name, "policy", m.Policy, "backends", len(m.Backends))

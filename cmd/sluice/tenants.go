@@ -148,6 +148,10 @@ func newSharedAdmission(c *configs.Config, st limitStore, log *slog.Logger, reg 
 	if err != nil {
 		return nil, err
 	}
+	timed, err := newTimedSlots(slots, reg)
+	if err != nil {
+		return nil, err
+	}
 	errs := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_admission_store_errors_total",
 		Help: "Shared admission store calls that failed; admission went on within this replica's share of the budgets.",
@@ -155,5 +159,5 @@ func newSharedAdmission(c *configs.Config, st limitStore, log *slog.Logger, reg 
 	if err := reg.Register(errs); err != nil {
 		return nil, err
 	}
-	return &sharedAdmission{slots: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
+	return &sharedAdmission{slots: timed, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
 }

@@ -104,9 +104,15 @@ type Gate struct {
 	granted map[*backends.Endpoint]int
 	full    map[*backends.Endpoint]time.Time // shared store said full, until
 	scratch []*backends.Endpoint
+	// orphans are leases whose Acquire failed (a deadline, say) after the
+	// store may have granted them; each is released with the next release
+	// that reaches the store, so a slow store does not strand slots until
+	// LeaseTTL. Bounded by maxOrphans.
+	orphans []orphan
 	now     func() time.Time
 	seq     atomic.Uint64
 	prefix  string
+	counts  [NumClasses]classCounters
 }
 
 // NewGate returns a gate for pool, binding with picker.
@@ -188,6 +194,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 			if err != nil {
 				return nil, err
 			}
+			g.admitted(r.Class, 0)
 			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class}, nil
 		}
 	}
@@ -244,7 +251,9 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	if res.err != nil {
 		return nil, res.err
 	}
-	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, waited: g.now().Sub(start)}, nil
+	waited := g.now().Sub(start)
+	g.admitted(r.Class, waited)
+	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, waited: waited}, nil
 }
 
 // shared runs one shared-store call with a short deadline, reporting a
@@ -276,6 +285,9 @@ func (g *Gate) leave(w *waiter) (result, bool) {
 }
 
 func (g *Gate) shedError(c Class, reason string) *ShedError {
+	if c < NumClasses {
+		g.counts[c].shed.Add(1)
+	}
 	if g.o.OnShed != nil {
 		g.o.OnShed(c, reason)
 	}
@@ -326,6 +338,9 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 		})
 		switch {
 		case err != nil: // the store failed: admit within this replica's share
+			if len(g.orphans) < maxOrphans { // the store may have granted it all the same
+				g.orphans = append(g.orphans, orphan{backend: ep.Address(), lease: lease})
+			}
 			lease = ""
 			if g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas {
 				g.full[ep] = now.Add(g.o.Patience)
@@ -376,7 +391,10 @@ func (g *Gate) dispatchLocked() {
 
 func (g *Gate) release(ep *backends.Endpoint, lease string) {
 	if lease != "" {
-		_ = g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, ep.Address(), lease) })
+		err := g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, ep.Address(), lease) })
+		if err == nil {
+			g.releaseOrphans()
+		}
 	}
 	g.mu.Lock()
 	if g.granted[ep]--; g.granted[ep] <= 0 {
@@ -384,6 +402,30 @@ func (g *Gate) release(ep *backends.Endpoint, lease string) {
 	}
 	g.dispatchLocked()
 	g.mu.Unlock()
+}
+
+// orphan is a lease an Acquire may have left in the shared store.
+type orphan struct{ backend, lease string }
+
+// maxOrphans bounds the leases kept for release; beyond it LeaseTTL frees
+// them.
+const maxOrphans = 1024
+
+// releaseOrphans releases the orphaned leases while the store answers
+// (releasing one the store never granted does nothing).
+func (g *Gate) releaseOrphans() {
+	g.mu.Lock()
+	todo := g.orphans
+	g.orphans = nil
+	g.mu.Unlock()
+	for i, o := range todo {
+		if g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, o.backend, o.lease) }) != nil {
+			g.mu.Lock()
+			g.orphans = append(g.orphans, todo[i:]...)
+			g.mu.Unlock()
+			return
+		}
+	}
 }
 
 // Release gives the ticket's slot back, and binds the next waiting

@@ -121,6 +121,7 @@ type Limiter struct {
 	running  atomic.Bool
 	mu       sync.Mutex // guards stopped
 	stopped  bool
+	use      sync.Map // key -> *keyUse, for Usage
 
 	decisions   *prometheus.CounterVec // result, dimension
 	storeErrors *prometheus.CounterVec // op
@@ -218,6 +219,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 			return nil, ctx.Err() // the client left: not the store's fault
 		}
 		l.failed("reserve", err)
+		l.usageOf(key).reserved(now, !l.o.FailClosed, Decision{}, false)
 		if l.o.FailClosed {
 			l.decisions.WithLabelValues("failed_closed", "").Inc()
 			return nil, ErrUnavailable
@@ -226,6 +228,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 		return &Reservation{key: key, lim: lim, amt: amt, at: now}, nil
 	}
 	l.recovered()
+	l.usageOf(key).reserved(now, d.Allowed, d, true)
 	if !d.Allowed {
 		l.decisions.WithLabelValues("denied", string(d.Denied)).Inc()
 		re := &RejectError{Dimension: d.Denied, RetryAfter: d.RetryAfter, Decision: d}
@@ -269,10 +272,15 @@ func tooLarge(d Dimension, lim Limits, amt Amount) (int64, int64) {
 // the excess, and releases r's concurrency slot. With Async and Run
 // running it returns at once; otherwise it calls the Store inline.
 func (l *Limiter) Settle(r *Reservation, used Amount) {
-	if r == nil || !r.held {
+	if r == nil {
 		return
 	}
-	it := SettleItem{Key: r.key, Limits: r.lim, Now: l.o.Now(),
+	now := l.o.Now()
+	l.usageOf(r.key).settled(now, used)
+	if !r.held {
+		return
+	}
+	it := SettleItem{Key: r.key, Limits: r.lim, Now: now,
 		Settlement: Settlement{Reserved: r.amt, Used: used, LeaseID: r.lease, ReservedAt: r.at}}
 	if l.o.Async && l.running.Load() {
 		l.mu.Lock()

@@ -140,3 +140,36 @@ func TestLimiterAsyncSettlesEverythingBeforeRunReturns(t *testing.T) {
 	assert.Equal(t, 501, st.settles)
 	st.mu.Unlock()
 }
+
+func TestLimiterUsageIsWhatThisReplicaSaw(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	l, err := quota.NewLimiter(quota.LimiterOptions{Store: memstore.New(), Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	ctx := context.Background()
+	assert.Equal(t, quota.Usage{}, l.Usage("t"))
+
+	a, err := l.Reserve(ctx, "t", limits, quota.Amount{Requests: 1, Output: 80})
+	require.NoError(t, err)
+	_, err = l.Reserve(ctx, "t", limits, quota.Amount{Requests: 1, Output: 80})
+	require.Error(t, err, "over the output burst")
+	u := l.Usage("t")
+	assert.EqualValues(t, 1, u.InFlight)
+	assert.Equal(t, quota.Amount{Requests: 1}, u.LastMinute)
+	assert.EqualValues(t, 1, u.DeniedLastMinute)
+	assert.Equal(t, now, u.LastAt)
+	assert.EqualValues(t, 60, u.Last.Requests.Limit, "the store's last decision")
+
+	now = now.Add(30 * time.Second)
+	l.Settle(a, quota.Amount{Requests: 1, Input: 5, Output: 40})
+	u = l.Usage("t")
+	assert.Zero(t, u.InFlight)
+	assert.Equal(t, quota.Amount{Requests: 1, Input: 5, Output: 40}, u.LastMinute)
+	assert.EqualValues(t, 45, u.Today)
+
+	now = now.Add(45 * time.Second) // the reservation's second has left the minute, the settlement's not
+	u = l.Usage("t")
+	assert.Equal(t, quota.Amount{Input: 5, Output: 40}, u.LastMinute)
+	assert.Zero(t, u.DeniedLastMinute)
+	assert.Equal(t, quota.Amount{Requests: 1, Input: 5, Output: 40}, u.Total)
+	assert.EqualValues(t, 1, u.Denied)
+}

@@ -25,6 +25,10 @@ type Backend struct {
 	KVUsage      *float64 `json:"kv_usage"`
 	TTFTMillis   float64  `json:"ttft_ms"`
 	TokensPerSec float64  `json:"tokens_per_sec"`
+	// Requests counts the attempts this replica sent the backend,
+	// Failures those that failed before a response arrived.
+	Requests uint64 `json:"requests_total"`
+	Failures uint64 `json:"failures_total"`
 }
 
 // Runtime is what the admin API reads and changes.
@@ -44,11 +48,13 @@ type Runtime interface {
 // ErrNotFound is a model or backend the runtime does not have.
 var ErrNotFound = errors.New("admin: no such model or backend")
 
-// Handler serves the admin API for rt to callers presenting token.
-func Handler(rt Runtime, token string) http.Handler {
+// Handler serves the admin API for rt to callers presenting token. With a
+// status Monitor it also serves the status page: GET /status and its
+// assets without the token (they hold no data), and its data, GET
+// /admin/status, with it.
+func Handler(rt Runtime, token string, status *Monitor) http.Handler {
 	want := sha256.Sum256([]byte(token))
-	r := chi.NewRouter()
-	r.Use(func(next http.Handler) http.Handler {
+	auth := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			got, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 			sum := sha256.Sum256([]byte(got))
@@ -58,7 +64,21 @@ func Handler(rt Runtime, token string) http.Handler {
 			}
 			next.ServeHTTP(w, req)
 		})
-	})
+	}
+	root := chi.NewRouter()
+	root.NotFound(auth(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fail(w, http.StatusNotFound, "no such admin route")
+	})).ServeHTTP)
+	if status != nil {
+		servePage(root)
+	}
+	r := root.With(auth)
+	if status != nil {
+		r.Get("/admin/status", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Cache-Control", "no-store")
+			writeJSON(w, http.StatusOK, status.Status())
+		})
+	}
 	r.Get("/admin/backends", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"backends": rt.Backends()})
 	})
@@ -107,8 +127,7 @@ func Handler(rt Runtime, token string) http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(b)
 	})
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { fail(w, http.StatusNotFound, "no such admin route") })
-	return r
+	return root
 }
 
 func answer(w http.ResponseWriter, err error) {

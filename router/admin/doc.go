@@ -6,5 +6,13 @@
 // change is validated and applied as a reload is (a bad one changes
 // nothing).
 //
-// This package must not import configs or any policy.
+// It also serves the live status page: GET /status is a static page
+// (embedded, no build step, nothing fetched from elsewhere, served without
+// the token because it holds no data) whose script reads GET /admin/status
+// with the token. A Monitor samples the Source every few seconds into a
+// bounded ring, so that a page opened now charts the last minutes; every
+// count is what this router replica saw.
+//
+// This package must not import configs, any policy, or another router
+// package.
 package admin

@@ -65,3 +65,46 @@ func TestDirectoryRules(t *testing.T) {
 	_, err = auth.NewDirectory([]*auth.Tenant{{Name: "a"}}, [][]auth.Digest{{}})
 	assert.ErrorContains(t, err, "no key")
 }
+
+func TestWithTenant(t *testing.T) {
+	a := &auth.Tenant{Name: "a", Tier: "pro"}
+	b := &auth.Tenant{Name: "b"}
+	dir, err := auth.NewDirectory([]*auth.Tenant{a, b},
+		[][]auth.Digest{{auth.HashKey("sk-a")}, {auth.HashKey("sk-b")}})
+	require.NoError(t, err)
+
+	tests := []struct {
+		name   string
+		as     *auth.Tenant
+		header string
+		want   *auth.Tenant
+		err    error
+	}{
+		{"the directory's tenant of that name", &auth.Tenant{Name: "a"}, "", a, nil},
+		{"before any header", &auth.Tenant{Name: "a"}, "Bearer sk-b", a, nil},
+		{"a tenant gone since", &auth.Tenant{Name: "gone"}, "Bearer sk-b", nil, auth.ErrInvalidKey},
+		{"none: the key decides", nil, "Bearer sk-b", b, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := http.NewRequest(http.MethodGet, "/", nil)
+			require.NoError(t, err)
+			if tt.as != nil {
+				r = r.WithContext(auth.WithTenant(r.Context(), tt.as))
+			}
+			if tt.header != "" {
+				r.Header.Set("Authorization", tt.header)
+			}
+			got, err := dir.Authenticate(r)
+			assert.ErrorIs(t, err, tt.err)
+			assert.Same(t, tt.want, got)
+		})
+	}
+	var open *auth.Directory
+	r, _ := http.NewRequest(http.MethodGet, "/", nil)
+	got, err := open.Authenticate(r.WithContext(auth.WithTenant(r.Context(), a)))
+	assert.NoError(t, err)
+	assert.Nil(t, got, "open: no tenant, as without it")
+	assert.Same(t, a, auth.TenantFrom(auth.WithTenant(r.Context(), a)))
+	assert.Nil(t, auth.TenantFrom(r.Context()))
+}

@@ -6,7 +6,9 @@
 //
 // Contracts: keys are compared as SHA-256 digests in constant time; a
 // Directory is immutable once built (a reload builds a new one); an empty
-// Directory is open: every request passes as no tenant.
+// Directory is open: every request passes as no tenant; a tenant put in a
+// request's context (WithTenant, in-process only) is resolved by name in the
+// directory before any header is read.
 //
 // This package must not read request bodies or write responses.
 package auth

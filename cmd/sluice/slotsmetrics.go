@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-llm/sluice/policies/admission"
+)
+
+// timedSlots is a shared admission store that records how long each call
+// takes, by operation, as the limit store's calls are: a slow Redis shows
+// on the dashboard before it makes admission fall back to shares.
+type timedSlots struct {
+	next                           admission.Slots
+	acquire, release, wait, unwait prometheus.Observer
+}
+
+var _ admission.Slots = (*timedSlots)(nil)
+
+// newTimedSlots wraps next and registers its histogram with reg.
+func newTimedSlots(next admission.Slots, reg prometheus.Registerer) (*timedSlots, error) {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_admission_store_duration_seconds",
+		Help:    "Time spent in shared admission store calls, by operation (acquire, release, wait, unwait).",
+		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
+	}, []string{"op"})
+	if err := reg.Register(h); err != nil {
+		return nil, err
+	}
+	return &timedSlots{next: next, acquire: h.WithLabelValues("acquire"), release: h.WithLabelValues("release"),
+		wait: h.WithLabelValues("wait"), unwait: h.WithLabelValues("unwait")}, nil
+}
+
+func since(o prometheus.Observer, start time.Time) { o.Observe(time.Since(start).Seconds()) }
+
+func (s *timedSlots) Acquire(ctx context.Context, pool, backend string, budget int, class admission.Class, lease string, ttl, patience time.Duration, now time.Time) (bool, error) {
+	defer since(s.acquire, time.Now())
+	return s.next.Acquire(ctx, pool, backend, budget, class, lease, ttl, patience, now)
+}
+
+func (s *timedSlots) Release(ctx context.Context, pool, backend, lease string) error {
+	defer since(s.release, time.Now())
+	return s.next.Release(ctx, pool, backend, lease)
+}
+
+func (s *timedSlots) Wait(ctx context.Context, pool string, class admission.Class, id string, ttl time.Duration, now time.Time) error {
+	defer since(s.wait, time.Now())
+	return s.next.Wait(ctx, pool, class, id, ttl, now)
+}
+
+func (s *timedSlots) Unwait(ctx context.Context, pool string, class admission.Class, id string) error {
+	defer since(s.unwait, time.Now())
+	return s.next.Unwait(ctx, pool, class, id)
+}

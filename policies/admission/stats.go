@@ -1,0 +1,58 @@
+package admission
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// ClassStats is one service class at a gate, for the operator's status
+// page. The counts start when the gate is built (a reload builds a new
+// one).
+type ClassStats struct {
+	// Waiting is how many requests of the class wait now.
+	Waiting int
+	// Admitted counts the requests bound to an endpoint, Shed those
+	// refused (queue full or waited too long).
+	Admitted, Shed uint64
+	// Waited is the admitted requests' total time in the queue.
+	Waited time.Duration
+}
+
+// classCounters are a gate's counts for one class.
+type classCounters struct {
+	admitted, shed atomic.Uint64
+	waited         atomic.Int64 // ns
+}
+
+// Stats returns each class's stats, indexed by Class.
+func (g *Gate) Stats() [NumClasses]ClassStats {
+	var out [NumClasses]ClassStats
+	g.mu.Lock()
+	for c := range out {
+		out[c].Waiting = g.q.ClassLen(Class(c))
+	}
+	g.mu.Unlock()
+	for c := range out {
+		k := &g.counts[c]
+		out[c].Admitted, out[c].Shed, out[c].Waited = k.admitted.Load(), k.shed.Load(), time.Duration(k.waited.Load())
+	}
+	return out
+}
+
+func (g *Gate) admitted(c Class, waited time.Duration) {
+	if c < NumClasses {
+		g.counts[c].admitted.Add(1)
+		g.counts[c].waited.Add(int64(waited))
+	}
+}
+
+// ClassLen is the number of waiting items of class c.
+func (q *Queue) ClassLen(c Class) int {
+	n := 0
+	for _, lv := range q.levels {
+		if lv.class == c {
+			n += lv.n
+		}
+	}
+	return n
+}

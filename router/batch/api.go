@@ -1,0 +1,453 @@
+package batch
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultMaxFileBytes     = 200 << 20
+	DefaultMaxLines         = 50_000
+	DefaultCompletionWindow = 24 * time.Hour
+)
+
+// Options configures a Service. Zero fields mean the documented defaults.
+type Options struct {
+	// Store keeps files' metadata, batches and line progress. Required.
+	Store Store
+	// Dir is where file contents live (created if need be). Required.
+	// Replicas sharing a Store must share it too.
+	Dir string
+	// Owner says who calls, from the request's context (the router puts
+	// the authenticated tenant there). Nil: every caller is the zero
+	// Owner, as on a router without tenants.
+	Owner func(context.Context) Owner
+	// MaxFileBytes caps an uploaded file (413 beyond). Default 200 MiB.
+	MaxFileBytes int64
+	// MaxLines caps the requests in one input file. Default 50,000.
+	MaxLines int
+	// CompletionWindow is how long a batch may run before it expires
+	// (clients ask for "24h", the only window OpenAI offers). Default 24h.
+	CompletionWindow time.Duration
+	// QueuedTokens caps, per tier name, the estimated tokens of a
+	// tenant's batches that have not ended; a batch that would pass it
+	// fails with token_limit_exceeded. A tier not listed has no cap.
+	QueuedTokens map[string]int64
+	// Logger receives failures of the Store and the data directory.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Service serves OpenAI's Files and Batch APIs (/v1/files, /v1/batches)
+// over a Store; a Runner runs the batches it takes. It is an http.Handler
+// for those routes.
+type Service struct {
+	o     Options
+	blobs blobs
+	// wake tells a Runner in this process that a batch was created or
+	// cancelled, so it need not wait for its next round.
+	wake chan struct{}
+}
+
+var _ http.Handler = (*Service)(nil)
+
+// New validates o and returns a Service.
+func New(o Options) (*Service, error) {
+	if o.Store == nil {
+		return nil, errors.New("batch: nil Store")
+	}
+	if o.Dir == "" {
+		return nil, errors.New("batch: no Dir")
+	}
+	if o.MaxFileBytes < 0 || o.MaxLines < 0 || o.CompletionWindow < 0 {
+		return nil, errors.New("batch: MaxFileBytes, MaxLines and CompletionWindow must not be negative")
+	}
+	o.MaxFileBytes = cmp.Or(o.MaxFileBytes, DefaultMaxFileBytes)
+	o.MaxLines = cmp.Or(o.MaxLines, DefaultMaxLines)
+	o.CompletionWindow = cmp.Or(o.CompletionWindow, DefaultCompletionWindow)
+	if o.Owner == nil {
+		o.Owner = func(context.Context) Owner { return Owner{} }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("batch: %w", err)
+	}
+	s := &Service{o: o, blobs: blobs{dir: o.Dir}, wake: make(chan struct{}, 1)}
+	s.blobs.sweep(o.Now().Add(-staleAfter))
+	return s, nil
+}
+
+// staleAfter is the age past which a temporary file in the data
+// directory is taken for one a crash left behind (an upload or an output
+// file being written), and removed at start. Replicas share the directory,
+// so a younger one may be another's, still being written.
+const staleAfter = 24 * time.Hour
+
+func (s *Service) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// ServeHTTP serves /v1/files and /v1/batches and the paths under them.
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	owner := s.o.Owner(r.Context())
+	parts := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, "/v1/"), "/"), "/")
+	var err error
+	switch {
+	case parts[0] == "files" && len(parts) == 1:
+		err = s.methods(w, r, map[string]handler{http.MethodGet: s.listFiles, http.MethodPost: s.upload}, owner, "")
+	case parts[0] == "files" && len(parts) == 2:
+		err = s.methods(w, r, map[string]handler{http.MethodGet: s.getFile, http.MethodDelete: s.deleteFile}, owner, parts[1])
+	case parts[0] == "files" && len(parts) == 3 && parts[2] == "content":
+		err = s.methods(w, r, map[string]handler{http.MethodGet: s.fileContent}, owner, parts[1])
+	case parts[0] == "batches" && len(parts) == 1:
+		err = s.methods(w, r, map[string]handler{http.MethodGet: s.listBatches, http.MethodPost: s.createBatch}, owner, "")
+	case parts[0] == "batches" && len(parts) == 2:
+		err = s.methods(w, r, map[string]handler{http.MethodGet: s.getBatch}, owner, parts[1])
+	case parts[0] == "batches" && len(parts) == 3 && parts[2] == "cancel":
+		err = s.methods(w, r, map[string]handler{http.MethodPost: s.cancelBatch}, owner, parts[1])
+	default:
+		err = &apiError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "not_found", message: "no such route"}
+	}
+	if err == nil {
+		return
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		s.o.Logger.Warn("batch API failed", "path", r.URL.Path, "err", err)
+		ae = errInternal
+	}
+	writeError(w, ae)
+}
+
+type handler func(w http.ResponseWriter, r *http.Request, owner Owner, id string) error
+
+func (s *Service) methods(w http.ResponseWriter, r *http.Request, hs map[string]handler, owner Owner, id string) error {
+	h, ok := hs[r.Method]
+	if !ok && r.Method == http.MethodHead {
+		h, ok = hs[http.MethodGet]
+	}
+	if !ok {
+		allow := make([]string, 0, len(hs))
+		for m := range hs {
+			allow = append(allow, m)
+		}
+		slices.Sort(allow)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		return &apiError{status: http.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
+			message: "method not allowed on this route"}
+	}
+	return h(w, r, owner, id)
+}
+
+// ownFile returns owner's file id; another tenant's is not found.
+func (s *Service) ownFile(ctx context.Context, owner Owner, id, param string) (FileMeta, error) {
+	f, err := s.o.Store.File(ctx, id)
+	if errors.Is(err, ErrNotFound) || (err == nil && f.Owner != owner.Tenant) {
+		return FileMeta{}, notFound("File", param, id)
+	}
+	return f, err
+}
+
+func (s *Service) ownBatch(ctx context.Context, owner Owner, id string) (BatchMeta, error) {
+	b, err := s.o.Store.Batch(ctx, id)
+	if errors.Is(err, ErrNotFound) || (err == nil && b.Owner != owner.Tenant) {
+		return BatchMeta{}, notFound("Batch", "batch_id", id)
+	}
+	return b, err
+}
+
+func (s *Service) getFile(w http.ResponseWriter, r *http.Request, owner Owner, id string) error {
+	f, err := s.ownFile(r.Context(), owner, id, "file_id")
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toFileObject(f))
+	return nil
+}
+
+func (s *Service) fileContent(w http.ResponseWriter, r *http.Request, owner Owner, id string) error {
+	f, err := s.ownFile(r.Context(), owner, id, "file_id")
+	if err != nil {
+		return err
+	}
+	c, err := s.blobs.open(f.ID)
+	if err != nil {
+		return fmt.Errorf("file %s: %w", f.ID, err)
+	}
+	defer c.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+strings.ReplaceAll(f.Filename, `"`, "")+`"`)
+	http.ServeContent(w, r, "", time.Unix(f.CreatedAt, 0), c)
+	return nil
+}
+
+func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request, owner Owner, id string) error {
+	ctx := r.Context()
+	f, err := s.ownFile(ctx, owner, id, "file_id")
+	if err != nil {
+		return err
+	}
+	active, err := s.o.Store.Active(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range active {
+		if b.InputFileID == f.ID {
+			return badRequest("file_id", "file_in_use",
+				"File %s is the input of batch %s, which has not ended; cancel the batch first.", f.ID, b.ID)
+		}
+	}
+	if err := s.o.Store.DeleteFile(ctx, f.ID); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if err := s.blobs.remove(f.ID); err != nil {
+		s.o.Logger.Warn("removing a deleted file's contents", "file", f.ID, "err", err)
+	}
+	writeJSON(w, http.StatusOK, fileDeleted{ID: f.ID, Object: "file", Deleted: true})
+	return nil
+}
+
+// page reads the list parameters limit (1..max, default def) and after.
+func page(r *http.Request, def, maxLimit int) (limit int, after string, err error) {
+	q := r.URL.Query()
+	limit = def
+	if v := q.Get("limit"); v != "" {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < 1 || n > maxLimit {
+			return 0, "", badRequest("limit", "invalid_value", "limit must be an integer from 1 to %d, got %q", maxLimit, echo(v))
+		}
+		limit = n
+	}
+	return limit, q.Get("after"), nil
+}
+
+// cut returns the page of items (already in list order) after the one
+// with ID after, at most limit long, and whether more follow.
+func cut[T any](items []T, id func(T) string, after string, limit int) ([]T, bool) {
+	if after != "" {
+		i := slices.IndexFunc(items, func(t T) bool { return id(t) == after })
+		items = items[i+1:] // an unknown cursor (i = -1) lists from the start
+	}
+	if len(items) > limit {
+		return items[:limit], true
+	}
+	return items, false
+}
+
+func writeList[T any](w http.ResponseWriter, data []T, id func(T) string, more bool) {
+	l := listObject[T]{Object: "list", Data: data, HasMore: more}
+	if l.Data == nil {
+		l.Data = []T{}
+	}
+	if len(data) > 0 {
+		first, last := id(data[0]), id(data[len(data)-1])
+		l.FirstID, l.LastID = &first, &last
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (s *Service) listFiles(w http.ResponseWriter, r *http.Request, owner Owner, _ string) error {
+	limit, after, err := page(r, 10_000, 10_000)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	order := cmp.Or(q.Get("order"), "desc")
+	if order != "asc" && order != "desc" {
+		return badRequest("order", "invalid_value", "order must be asc or desc, got %q", echo(order))
+	}
+	files, err := s.o.Store.Files(r.Context(), owner.Tenant)
+	if err != nil {
+		return err
+	}
+	if p := q.Get("purpose"); p != "" {
+		files = slices.DeleteFunc(files, func(f FileMeta) bool { return f.Purpose != p })
+	}
+	slices.SortFunc(files, func(a, b FileMeta) int {
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	if order == "desc" {
+		slices.Reverse(files)
+	}
+	id := func(f fileObject) string { return f.ID }
+	objs := make([]fileObject, len(files))
+	for i, f := range files {
+		objs[i] = toFileObject(f)
+	}
+	data, more := cut(objs, id, after, limit)
+	writeList(w, data, id, more)
+	return nil
+}
+
+func (s *Service) listBatches(w http.ResponseWriter, r *http.Request, owner Owner, _ string) error {
+	limit, after, err := page(r, 20, 100)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	bs, err := s.o.Store.Batches(ctx, owner.Tenant)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(bs, func(a, b BatchMeta) int { // newest first
+		return cmp.Or(cmp.Compare(b.CreatedAt, a.CreatedAt), strings.Compare(b.ID, a.ID))
+	})
+	data, more := cut(bs, func(b BatchMeta) string { return b.ID }, after, limit)
+	objs := make([]batchObject, len(data))
+	for i, b := range data {
+		if objs[i], err = s.object(ctx, b); err != nil {
+			return err
+		}
+	}
+	writeList(w, objs, func(b batchObject) string { return b.ID }, more)
+	return nil
+}
+
+// object is b as the API shows it, with its live counts while it runs.
+func (s *Service) object(ctx context.Context, b BatchMeta) (batchObject, error) {
+	c := b.Counts
+	if !b.Status.Terminal() && b.Status != StatusValidating {
+		live, err := s.o.Store.Counts(ctx, b.ID, s.o.Now())
+		if err != nil {
+			return batchObject{}, err
+		}
+		c = Counts{Total: b.Total, Completed: live.Completed, Failed: live.Failed}
+	}
+	return toBatchObject(b, c), nil
+}
+
+func (s *Service) getBatch(w http.ResponseWriter, r *http.Request, owner Owner, id string) error {
+	b, err := s.ownBatch(r.Context(), owner, id)
+	if err != nil {
+		return err
+	}
+	obj, err := s.object(r.Context(), b)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, obj)
+	return nil
+}
+
+// maxBatchRequest bounds the body of POST /v1/batches.
+const maxBatchRequest = 64 << 10
+
+func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, owner Owner, _ string) error {
+	ctx := r.Context()
+	var req batchRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBatchRequest))
+	if err := dec.Decode(&req); err != nil {
+		return badRequest("", "invalid_json", "We could not parse the JSON body of your request: %s", echo(err.Error()))
+	}
+	switch {
+	case req.InputFileID == "":
+		return badRequest("input_file_id", "missing_required_parameter", "Missing required parameter: 'input_file_id'.")
+	case req.Endpoint == "":
+		return badRequest("endpoint", "missing_required_parameter", "Missing required parameter: 'endpoint'.")
+	case !knownEndpoint(req.Endpoint):
+		return badRequest("endpoint", "invalid_value", "endpoint %q is not one of %s", echo(req.Endpoint),
+			strings.Join(Endpoints(), ", "))
+	case req.CompletionWindow == "":
+		return badRequest("completion_window", "missing_required_parameter", "Missing required parameter: 'completion_window'.")
+	case req.CompletionWindow != "24h":
+		return badRequest("completion_window", "invalid_value", "completion_window must be \"24h\", got %q", echo(req.CompletionWindow))
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return err
+	}
+	if owner.NoFlex {
+		return badRequest("", "flex_not_allowed",
+			"Batch requests run in the flex service class, which your tier does not include.")
+	}
+	f, err := s.ownFile(ctx, owner, req.InputFileID, "input_file_id")
+	if err != nil {
+		return err
+	}
+	if f.Purpose != PurposeBatch {
+		return badRequest("input_file_id", "invalid_value",
+			"File %s has purpose %q; a batch's input is a file uploaded with purpose \"batch\".", f.ID, f.Purpose)
+	}
+	now := s.o.Now()
+	b := BatchMeta{ID: newID("batch_"), Owner: owner.Tenant, Tier: owner.Tier, Endpoint: req.Endpoint,
+		InputFileID: f.ID, CompletionWindow: req.CompletionWindow, Metadata: req.Metadata,
+		Status: StatusValidating, DefaultMaxTokens: owner.DefaultMaxTokens,
+		CreatedAt: now.Unix(), ExpiresAt: now.Add(s.o.CompletionWindow).Unix()}
+	if err := s.o.Store.CreateBatch(ctx, b); err != nil {
+		return err
+	}
+	s.poke()
+	writeJSON(w, http.StatusOK, toBatchObject(b, Counts{}))
+	return nil
+}
+
+// checkMetadata applies OpenAI's bounds: 16 pairs, keys up to 64
+// characters, values up to 512.
+func checkMetadata(m map[string]string) error {
+	if len(m) > 16 {
+		return badRequest("metadata", "invalid_value", "metadata may hold at most 16 pairs, got %d", len(m))
+	}
+	for k, v := range m {
+		if len(k) > 64 || len(v) > 512 {
+			return badRequest("metadata", "invalid_value", "metadata keys may be 64 characters long and values 512; %q is longer", echo(k))
+		}
+	}
+	return nil
+}
+
+// errNotCancellable is UpdateBatch's abort for a batch that has ended.
+type errNotCancellable struct{ status Status }
+
+func (e *errNotCancellable) Error() string { return "batch is " + string(e.status) }
+
+func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request, owner Owner, id string) error {
+	ctx := r.Context()
+	if _, err := s.ownBatch(ctx, owner, id); err != nil {
+		return err
+	}
+	now := s.o.Now().Unix()
+	b, err := s.o.Store.UpdateBatch(ctx, id, func(b *BatchMeta) error {
+		switch b.Status {
+		case StatusValidating, StatusInProgress:
+			b.Status, b.CancellingAt = StatusCancelling, now
+		case StatusCancelling, StatusCancelled:
+		default:
+			return &errNotCancellable{status: b.Status}
+		}
+		return nil
+	})
+	var nc *errNotCancellable
+	if errors.As(err, &nc) {
+		return badRequest("batch_id", "invalid_state", "Cannot cancel a batch with status %q.", nc.status)
+	}
+	if err != nil {
+		return err
+	}
+	s.poke()
+	obj, err := s.object(ctx, b)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, obj)
+	return nil
+}

@@ -1,0 +1,240 @@
+package batch_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestEndToEnd drives a batch with the official client: upload, create,
+// poll, download the output and the errors.
+func TestEndToEnd(t *testing.T) {
+	f := start(t, setup{})
+	acme := f.client(t, "sk-acme")
+	ctx := context.Background()
+
+	input := chatLines(5, model, 8) + chatLine("not-mine", other, 8) + "\n"
+	in := upload(t, acme, input)
+	assert.Equal(t, openai.FileObjectPurposeBatch, in.Purpose)
+	assert.EqualValues(t, len(input), in.Bytes)
+	assert.Equal(t, "input.jsonl", in.Filename)
+
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: in.ID,
+		Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h,
+		Metadata: shared.Metadata{"job": "nightly"}})
+	require.NoError(t, err)
+	assert.Equal(t, openai.BatchStatusValidating, b.Status)
+	assert.Equal(t, "nightly", b.Metadata["job"])
+	assert.Positive(t, b.ExpiresAt)
+
+	b = await(t, acme, b.ID, openai.BatchStatusCompleted)
+	assert.EqualValues(t, 6, b.RequestCounts.Total)
+	assert.EqualValues(t, 5, b.RequestCounts.Completed)
+	assert.EqualValues(t, 1, b.RequestCounts.Failed)
+	assert.Equal(t, model, b.Model)
+	assert.Positive(t, b.InProgressAt)
+	assert.Positive(t, b.FinalizingAt)
+	assert.Positive(t, b.CompletedAt)
+	assert.Positive(t, b.Usage.OutputTokens)
+	assert.Equal(t, b.Usage.InputTokens+b.Usage.OutputTokens, b.Usage.TotalTokens)
+
+	out := download(t, acme, b.OutputFileID)
+	require.Len(t, out, 5)
+	for i := range 5 {
+		l := out[fmt.Sprintf("req-%d", i)]
+		require.NotNil(t, l.Response)
+		assert.Nil(t, l.Error)
+		assert.Equal(t, http.StatusOK, l.Response.StatusCode)
+		assert.NotEmpty(t, l.Response.RequestID)
+		var cc openai.ChatCompletion
+		require.NoError(t, json.Unmarshal(l.Response.Body, &cc))
+		require.NotEmpty(t, cc.Choices)
+		assert.Equal(t, "flex", string(cc.ServiceTier), "the line ran in the flex class")
+	}
+	errs := download(t, acme, b.ErrorFileID)
+	require.Len(t, errs, 1)
+	l := errs["not-mine"]
+	require.NotNil(t, l.Response, "the line ran as acme, whose tier does not list the model")
+	assert.Equal(t, http.StatusNotFound, l.Response.StatusCode)
+	assert.Contains(t, string(l.Response.Body), "model_not_found")
+
+	// The files are listed, newest first, and readable as objects.
+	files, err := acme.Files.List(ctx, openai.FileListParams{})
+	require.NoError(t, err)
+	var ids []string
+	for _, fo := range files.Data {
+		ids = append(ids, fo.ID)
+	}
+	assert.ElementsMatch(t, []string{in.ID, b.OutputFileID, b.ErrorFileID}, ids)
+	outFile, err := acme.Files.Get(ctx, b.OutputFileID)
+	require.NoError(t, err)
+	assert.Equal(t, openai.FileObjectPurposeBatchOutput, outFile.Purpose)
+	only, err := acme.Files.List(ctx, openai.FileListParams{Purpose: openai.String("batch")})
+	require.NoError(t, err)
+	require.Len(t, only.Data, 1)
+	assert.Equal(t, in.ID, only.Data[0].ID)
+
+	res, err := acme.Files.Content(ctx, in.ID)
+	require.NoError(t, err)
+	got, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, input, string(got), "the input comes back byte for byte")
+
+	page, err := acme.Batches.List(ctx, openai.BatchListParams{})
+	require.NoError(t, err)
+	require.Len(t, page.Data, 1)
+	assert.Equal(t, b.ID, page.Data[0].ID)
+
+	// The input of a batch that ended may go.
+	del, err := acme.Files.Delete(ctx, in.ID)
+	require.NoError(t, err)
+	assert.True(t, del.Deleted)
+	_, err = acme.Files.Get(ctx, in.ID)
+	apiError(t, err, http.StatusNotFound, "not_found")
+}
+
+// TestEmbeddingsAndCompletions runs the other two endpoints.
+func TestEmbeddingsAndCompletions(t *testing.T) {
+	f := start(t, setup{})
+	acme := f.client(t, "sk-acme")
+	tests := []struct {
+		endpoint openai.BatchNewParamsEndpoint
+		body     string
+	}{
+		{openai.BatchNewParamsEndpointV1Embeddings, `{"model":"` + model + `","input":"hello"}`},
+		{openai.BatchNewParamsEndpointV1Completions, `{"model":"` + model + `","prompt":"hello","max_tokens":4}`},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.endpoint), func(t *testing.T) {
+			line := fmt.Sprintf(`{"custom_id":"a","method":"POST","url":%q,"body":%s}`, tt.endpoint, tt.body)
+			in := upload(t, acme, line+"\n"+strings.Replace(line, `"a"`, `"b"`, 1))
+			b := create(t, acme, in.ID, tt.endpoint)
+			b = await(t, acme, b.ID, openai.BatchStatusCompleted)
+			assert.EqualValues(t, 2, b.RequestCounts.Completed)
+			out := download(t, acme, b.OutputFileID)
+			assert.Len(t, out, 2)
+			assert.Empty(t, b.ErrorFileID)
+		})
+	}
+}
+
+// TestTenantsSeeTheirOwn: another tenant's files and batches are 404 to
+// every call, as if absent, and a batch cannot take another's file.
+func TestTenantsSeeTheirOwn(t *testing.T) {
+	f := start(t, setup{})
+	ctx := context.Background()
+	acme, rival := f.client(t, "sk-acme"), f.client(t, "sk-rival")
+	in := upload(t, acme, chatLines(2, model, 4))
+	b := create(t, acme, in.ID, openai.BatchNewParamsEndpointV1ChatCompletions)
+
+	_, err := rival.Batches.New(ctx, openai.BatchNewParams{InputFileID: in.ID,
+		Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+	msg := apiError(t, err, http.StatusNotFound, "not_found")
+	assert.Equal(t, "No such File object: "+in.ID, msg)
+	_, err = rival.Files.Get(ctx, in.ID)
+	apiError(t, err, http.StatusNotFound, "not_found")
+	_, err = rival.Files.Content(ctx, in.ID)
+	apiError(t, err, http.StatusNotFound, "not_found")
+	_, err = rival.Files.Delete(ctx, in.ID)
+	apiError(t, err, http.StatusNotFound, "not_found")
+	_, err = rival.Batches.Get(ctx, b.ID)
+	apiError(t, err, http.StatusNotFound, "not_found")
+	_, err = rival.Batches.Cancel(ctx, b.ID)
+	apiError(t, err, http.StatusNotFound, "not_found")
+	files, err := rival.Files.List(ctx, openai.FileListParams{})
+	require.NoError(t, err)
+	assert.Empty(t, files.Data)
+	batches, err := rival.Batches.List(ctx, openai.BatchListParams{})
+	require.NoError(t, err)
+	assert.Empty(t, batches.Data)
+
+	// Nothing of acme's was touched.
+	b = await(t, acme, b.ID, openai.BatchStatusCompleted)
+	assert.EqualValues(t, 2, b.RequestCounts.Completed)
+
+	// No key, a wrong key: 401 before the batch API.
+	nobody := f.client(t, "sk-nobody")
+	_, err = nobody.Files.List(ctx, openai.FileListParams{})
+	apiError(t, err, http.StatusUnauthorized, "invalid_api_key")
+}
+
+// TestBadRequests: what the API refuses at once, each with its status and
+// an OpenAI-shaped error.
+func TestBadRequests(t *testing.T) {
+	f := start(t, setup{svc: batchLimits(300, 3)})
+	ctx := context.Background()
+	acme := f.client(t, "sk-acme")
+	good := upload(t, acme, chatLines(1, model, 4))
+
+	_, err := acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(strings.Repeat("x", 301)), "big.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch})
+	msg := apiError(t, err, http.StatusRequestEntityTooLarge, "file_too_large")
+	assert.Contains(t, msg, "300 bytes")
+	_, err = acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader("{}\n{}\n{}\n{}\n"), "many.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch})
+	msg = apiError(t, err, http.StatusBadRequest, "too_many_requests_in_file")
+	assert.Contains(t, msg, "4 requests")
+	_, err = acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader("{}"), "a.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeFineTune})
+	apiError(t, err, http.StatusBadRequest, "invalid_value")
+
+	tests := []struct {
+		name   string
+		params openai.BatchNewParams
+		status int
+		code   string
+	}{
+		{"unknown file", openai.BatchNewParams{InputFileID: "file-nope", Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+			CompletionWindow: openai.BatchNewParamsCompletionWindow24h}, http.StatusNotFound, "not_found"},
+		{"endpoint not served", openai.BatchNewParams{InputFileID: good.ID, Endpoint: openai.BatchNewParamsEndpointV1Responses,
+			CompletionWindow: openai.BatchNewParamsCompletionWindow24h}, http.StatusBadRequest, "invalid_value"},
+		{"window", openai.BatchNewParams{InputFileID: good.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+			CompletionWindow: "1h"}, http.StatusBadRequest, "invalid_value"},
+		{"no file", openai.BatchNewParams{Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+			CompletionWindow: openai.BatchNewParamsCompletionWindow24h}, http.StatusBadRequest, "missing_required_parameter"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := acme.Batches.New(ctx, tt.params)
+			apiError(t, err, tt.status, tt.code)
+		})
+	}
+	// An output file is no batch input.
+	b := create(t, acme, good.ID, openai.BatchNewParamsEndpointV1ChatCompletions)
+	b = await(t, acme, b.ID, openai.BatchStatusCompleted)
+	_, err = acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: b.OutputFileID,
+		Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+	assert.Contains(t, apiError(t, err, http.StatusBadRequest, "invalid_value"), "purpose")
+	_, err = acme.Batches.Cancel(ctx, b.ID)
+	apiError(t, err, http.StatusBadRequest, "invalid_state")
+
+	// Unknown routes and methods are OpenAI-shaped too.
+	res, err := http.Post(f.url+"/v1/files/"+good.ID, "application/json", nil)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, res.StatusCode, "the key comes first")
+	req, _ := http.NewRequest(http.MethodPut, f.url+"/v1/files/"+good.ID, nil)
+	req.Header.Set("Authorization", "Bearer sk-acme")
+	res, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
+	assert.Equal(t, "DELETE, GET", res.Header.Get("Allow"))
+	assert.Contains(t, string(body), `"code":"method_not_allowed"`)
+
+	// Nothing was lost on the way.
+	got, err := acme.Files.Get(ctx, good.ID)
+	require.NoError(t, err)
+	assert.Equal(t, good.Bytes, got.Bytes)
+}

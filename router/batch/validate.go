@@ -1,0 +1,206 @@
+package batch
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// span is where one request sits in its input file.
+type span struct {
+	off int64
+	n   int
+}
+
+// scanLines calls fn with each line of r that is not blank, its 1-based
+// line number in the file and its place. A line longer than maxLine
+// bytes ends the scan with an error naming it.
+func scanLines(r io.Reader, maxLine int, fn func(no int, sp span, line []byte) error) error {
+	br := bufio.NewReaderSize(r, 256<<10)
+	var off int64
+	for no := 1; ; no++ {
+		line, err := readLine(br, maxLine)
+		if errors.Is(err, errLineTooLong) {
+			return fmt.Errorf("line %d: longer than %d bytes", no, maxLine)
+		}
+		if len(line) > 0 {
+			if t := bytes.TrimSpace(line); len(t) > 0 {
+				if ferr := fn(no, span{off: off, n: len(line)}, line); ferr != nil {
+					return ferr
+				}
+			}
+			off += int64(len(line))
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads up to and including the next '\n', at most max bytes.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(buf)+len(chunk) > max+1 {
+			return nil, errLineTooLong
+		}
+		buf = append(buf, chunk...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return buf, err
+		}
+	}
+}
+
+// maxErrors bounds the problems a failed validation lists.
+const maxErrors = 100
+
+// checked is a valid input file, read for running.
+type checked struct {
+	index  []span
+	model  string // the first line's
+	tokens int64  // the estimate of all lines
+}
+
+// lineBody holds the few body fields validation reads.
+type lineBody struct {
+	Model               string `json:"model"`
+	MaxTokens           *int   `json:"max_tokens"`
+	MaxCompletionTokens *int   `json:"max_completion_tokens"`
+}
+
+// validate reads a batch's input line by line: each must be a JSON object
+// with a unique custom_id, method POST, the batch's url and a body naming
+// a model. It returns the file's index, or every problem (up to
+// maxErrors), each naming its line.
+func validate(r io.Reader, endpoint string, maxLines, maxLine, defaultMaxTokens int) (checked, []LineError) {
+	var (
+		c    checked
+		errs []LineError
+		seen = map[string]int{}
+	)
+	bad := func(no int, code, param, format string, args ...any) {
+		errs = append(errs, LineError{Code: code, Param: param, Line: no,
+			Message: fmt.Sprintf("line %d: ", no) + fmt.Sprintf(format, args...)})
+	}
+	errStop := errors.New("stop")
+	err := scanLines(r, maxLine, func(no int, sp span, raw []byte) error {
+		if len(c.index) >= maxLines {
+			errs = append(errs, LineError{Code: "too_many_requests_in_file",
+				Message: fmt.Sprintf("the file has more than %d requests, the most a batch may hold", maxLines)})
+			return errStop
+		}
+		c.index = append(c.index, sp)
+		before := len(errs)
+		var in inputLine
+		if err := json.Unmarshal(raw, &in); err != nil {
+			bad(no, "invalid_json_line", "", "not a JSON object of custom_id, method, url and body: %s", jsonProblem(err))
+		} else {
+			checkLine(no, in, endpoint, seen, bad, &c, defaultMaxTokens)
+		}
+		if len(errs) >= maxErrors && len(errs) > before {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		errs = append(errs, LineError{Code: "invalid_file", Message: err.Error()})
+	}
+	if len(errs) == 0 && len(c.index) == 0 {
+		errs = append(errs, LineError{Code: "empty_file", Message: "the input file holds no requests"})
+	}
+	if len(errs) > 0 {
+		return checked{}, errs
+	}
+	return c, nil
+}
+
+func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad func(int, string, string, string, ...any), c *checked, defaultMaxTokens int) {
+	switch {
+	case in.CustomID == nil || *in.CustomID == "":
+		bad(no, "missing_required_parameter", "custom_id", "custom_id is required")
+	default:
+		if prev, dup := seen[*in.CustomID]; dup {
+			bad(no, "duplicate_custom_id", "custom_id", "custom_id %q is already used by line %d; each request needs its own",
+				echo(*in.CustomID), prev)
+		} else {
+			seen[*in.CustomID] = no
+		}
+	}
+	if in.Method != "POST" {
+		bad(no, "invalid_method", "method", "method must be \"POST\", got %q", echo(in.Method))
+	}
+	switch {
+	case !knownEndpoint(in.URL):
+		bad(no, "invalid_url", "url", "url %q is not one of %s", echo(in.URL), strings.Join(Endpoints(), ", "))
+	case in.URL != endpoint:
+		bad(no, "mismatched_url", "url", "url %q is not the batch's endpoint %q", in.URL, endpoint)
+	}
+	var body lineBody
+	if len(bytes.TrimSpace(in.Body)) == 0 || in.Body[0] != '{' {
+		bad(no, "invalid_body", "body", "body must be a JSON object (the request to send)")
+		return
+	}
+	if err := json.Unmarshal(in.Body, &body); err != nil {
+		bad(no, "invalid_body", "body", "body: %s", jsonProblem(err))
+		return
+	}
+	if body.Model == "" {
+		bad(no, "missing_required_parameter", "body.model", "body.model is required")
+		return
+	}
+	if c.model == "" {
+		c.model = body.Model
+	}
+	out := defaultMaxTokens
+	switch {
+	case in.URL == "/v1/embeddings":
+		out = 0
+	case body.MaxCompletionTokens != nil:
+		out = *body.MaxCompletionTokens
+	case body.MaxTokens != nil:
+		out = *body.MaxTokens
+	}
+	c.tokens += int64(len(in.Body)/bytesPerToken + max(out, 0))
+}
+
+// bytesPerToken is the router's rough prompt estimate: about four bytes
+// of JSON per token.
+const bytesPerToken = 4
+
+// jsonProblem says what is wrong with a JSON value in a few words.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("%s must be %s, not %s", te.Field, kind(te.Type.Kind().String()), te.Value)
+		}
+		return "want a JSON object, got " + te.Value
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error())
+	}
+	return "invalid JSON: " + err.Error()
+}
+
+func kind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "int", "int64":
+		return "an integer"
+	case "ptr", "struct", "map":
+		return "an object"
+	}
+	return k
+}

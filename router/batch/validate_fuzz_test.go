@@ -1,0 +1,41 @@
+package batch
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// FuzzValidate: any input either fails with errors that each name a line
+// (or the file), or yields an index whose every span is a line that
+// decodes to a request with a custom_id, the endpoint and a model.
+func FuzzValidate(f *testing.F) {
+	f.Add([]byte(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","max_tokens":3}}` + "\n"))
+	f.Add([]byte("\n\n{\"custom_id\":\"a\"}\r\n[]\n"))
+	f.Add([]byte(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n" +
+		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","max_tokens":"x"}}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c, errs := validate(bytes.NewReader(in), "/v1/chat/completions", 1000, 1<<20, 16)
+		if len(errs) > 0 {
+			for _, e := range errs {
+				if e.Code == "" || e.Message == "" {
+					t.Fatalf("an error without code or message: %+v", e)
+				}
+			}
+			return
+		}
+		if len(c.index) == 0 {
+			t.Fatal("valid with no requests")
+		}
+		for _, sp := range c.index {
+			raw := in[sp.off : sp.off+int64(sp.n)]
+			var l inputLine
+			if err := json.Unmarshal(raw, &l); err != nil || l.CustomID == nil || l.URL != "/v1/chat/completions" {
+				t.Fatalf("span %+v is not a valid line: %q", sp, raw)
+			}
+			if _, err := flexBody(l.Body); err != nil {
+				t.Fatalf("a valid body that cannot be sent: %q", l.Body)
+			}
+		}
+	})
+}

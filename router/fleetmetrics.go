@@ -1,0 +1,103 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-llm/sluice/policies/admission"
+)
+
+// fleetCollector reports the routing table as it is when /metrics is
+// scraped: each backend's in-flight count, scraped engine load, measured
+// decode rate, breaker state and whether it is in routing, and each
+// model's admission queue by class. It reads the endpoints' atomics and
+// snapshots, so requests pay nothing for these metrics, and a backend a
+// reload removed disappears from them with it.
+type fleetCollector struct {
+	rt *Router
+
+	inFlight, available, waiting, running, kv, decode, breaker, queued *prometheus.Desc
+}
+
+// Compile-time check.
+var _ prometheus.Collector = (*fleetCollector)(nil)
+
+func newFleetCollector(rt *Router) *fleetCollector {
+	mb := []string{"model", "backend"}
+	return &fleetCollector{
+		rt: rt,
+		inFlight: prometheus.NewDesc("sluice_upstream_in_flight_requests",
+			"Requests this replica has open to each backend.", []string{"backend"}, nil),
+		available: prometheus.NewDesc("sluice_backend_available",
+			"1 while the backend is in routing for the model: not held out after a failure to connect, its breaker not open, not drained.", mb, nil),
+		waiting: prometheus.NewDesc("sluice_backend_waiting_requests",
+			"Requests waiting in the backend engine's queue, as last scraped (absent while its load is not known).", mb, nil),
+		running: prometheus.NewDesc("sluice_backend_running_requests",
+			"Requests in the backend engine's running batch, as last scraped (absent while its load is not known).", mb, nil),
+		kv: prometheus.NewDesc("sluice_backend_kv_cache_usage_ratio",
+			"Fraction of the backend's KV cache in use, 0 to 1, as last scraped (absent when not known or not reported).", mb, nil),
+		decode: prometheus.NewDesc("sluice_backend_decode_tokens_per_second",
+			"Moving average of the backend's decode rate, measured on the answers this replica relayed (absent before the first).", mb, nil),
+		breaker: prometheus.NewDesc("sluice_backend_breaker_state",
+			"The backend's circuit breaker state: 1 for the state it is in (closed, half-open, open), 0 for the others; absent without breakers.",
+			[]string{"model", "backend", "state"}, nil),
+		queued: prometheus.NewDesc("sluice_admission_queued_requests",
+			"Requests waiting in the model's admission queue, by service class (models with admission only).", []string{"model", "class"}, nil),
+	}
+}
+
+// Describe sends the collector's descriptors.
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.available, c.waiting, c.running, c.kv, c.decode, c.breaker, c.queued} {
+		ch <- d
+	}
+}
+
+// Collect reads the current table. A backend in several models' pools is
+// reported under each model, and its in-flight count once.
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	t := c.rt.table.Load()
+	now := c.rt.now()
+	seen := map[string]bool{}
+	gauge := prometheus.GaugeValue
+	for _, model := range t.order {
+		rte := t.routes[model]
+		for _, e := range rte.Pool.Endpoints() {
+			addr := e.Address()
+			if !seen[addr] {
+				seen[addr] = true
+				ch <- prometheus.MustNewConstMetric(c.inFlight, gauge, float64(e.InFlight()), addr)
+			}
+			up := 0.0
+			if e.Available(now) {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.available, gauge, up, model, addr)
+			if l := e.Load(); l != nil {
+				ch <- prometheus.MustNewConstMetric(c.waiting, gauge, float64(l.Waiting), model, addr)
+				ch <- prometheus.MustNewConstMetric(c.running, gauge, float64(l.Running), model, addr)
+				if l.KVUsage >= 0 {
+					ch <- prometheus.MustNewConstMetric(c.kv, gauge, l.KVUsage, model, addr)
+				}
+			}
+			if r := e.TokensPerSec(); r > 0 {
+				ch <- prometheus.MustNewConstMetric(c.decode, gauge, r, model, addr)
+			}
+			if b := e.Breaker(); b != nil {
+				state := b.State()
+				for _, s := range [...]string{"closed", "half-open", "open"} {
+					v := 0.0
+					if s == state {
+						v = 1
+					}
+					ch <- prometheus.MustNewConstMetric(c.breaker, gauge, v, model, addr, s)
+				}
+			}
+		}
+		if rte.Gate != nil {
+			stats := rte.Gate.Stats()
+			for class, s := range stats {
+				ch <- prometheus.MustNewConstMetric(c.queued, gauge, float64(s.Waiting), model, admission.Class(class).String())
+			}
+		}
+	}
+}

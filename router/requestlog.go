@@ -1,0 +1,101 @@
+package router
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/router/auth"
+	"github.com/sluice-llm/sluice/router/middleware"
+)
+
+// requestRecord is what the pipeline learnt of one inference request, filled
+// in as its stages run; finish reads it for the request's metrics and its
+// log line.
+type requestRecord struct {
+	start time.Time
+	// model is the model asked for, once it is known to be served ("" before).
+	model string
+	// promptEstimate is the router's prompt-size estimate, counted as the
+	// input when the backend reported no usage (as settlement does).
+	promptEstimate int
+	// tenant is nil without tenants, and before authentication.
+	tenant *auth.Tenant
+	// class is the service class, "" before it is known.
+	class string
+	// backend is the address of the endpoint of the last attempt, and
+	// sentAt when that attempt began; "" and zero when none was made.
+	backend string
+	sentAt  time.Time
+	// out is the last attempt's outcome.
+	out backends.Outcome
+	// returned is set once the pipeline returned; a handler that ends
+	// without it panicked (a whole answer cut short).
+	returned bool
+}
+
+// ttft is the time from the request's arrival to the first byte of a
+// streamed answer, 0 when there was none.
+func (rec *requestRecord) ttft() time.Duration {
+	if rec.out.TTFT <= 0 {
+		return 0
+	}
+	return rec.sentAt.Sub(rec.start) + rec.out.TTFT
+}
+
+// inputTokens is the answer's input: the usage the backend reported, else
+// the router's estimate.
+func (rec *requestRecord) inputTokens() int {
+	if rec.out.UsageExact {
+		return rec.out.PromptTokens
+	}
+	if rec.out.Status/100 == 2 {
+		return rec.promptEstimate
+	}
+	return 0
+}
+
+// logRequest writes the request's one line: at Info, message "request",
+// with its ID, tenant, model, service class, the backend that answered,
+// the status, the tokens, the time to first token (streams only) and the
+// latency. errCode is the OpenAI error code answered, "" for none.
+// Nothing in it is the client's own text except the request ID, which the
+// RequestID middleware accepts only when it is short printable ASCII.
+func (rt *Router) logRequest(ctx context.Context, route string, status int, errCode string, elapsed time.Duration, rec *requestRecord) {
+	l := rt.requestLog
+	if l == nil || !l.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	tenant := ""
+	if rec.tenant != nil {
+		tenant = rec.tenant.Name
+	}
+	attrs := [...]slog.Attr{
+		slog.String("request_id", middleware.RequestIDFrom(ctx)),
+		slog.String("route", route),
+		slog.String("tenant", tenant),
+		slog.String("model", rec.model),
+		slog.String("class", rec.class),
+		slog.String("backend", rec.backend),
+		slog.Int("status", status),
+		slog.Int("input_tokens", rec.inputTokens()),
+		slog.Int("output_tokens", rec.out.CompletionTokens),
+		slog.Float64("latency_ms", millis(elapsed)),
+		{}, // ttft_ms
+		{}, // error
+	}
+	n := len(attrs) - 2
+	if d := rec.ttft(); d > 0 {
+		attrs[n] = slog.Float64("ttft_ms", millis(d))
+		n++
+	}
+	if errCode != "" {
+		attrs[n] = slog.String("error", errCode)
+		n++
+	}
+	l.LogAttrs(ctx, slog.LevelInfo, "request", attrs[:n]...)
+}
+
+// millis is d in milliseconds, to the microsecond.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

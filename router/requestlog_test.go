@@ -1,0 +1,233 @@
+package router_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/router"
+	"github.com/sluice-llm/sluice/router/auth"
+)
+
+// lockedBuffer is a bytes.Buffer a handler writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines are the JSON log lines written so far.
+func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), sc.Text())
+		out = append(out, m)
+	}
+	return out
+}
+
+// requestLine waits for the "request" line of request id.
+func requestLine(t *testing.T, logs *lockedBuffer, id string) map[string]any {
+	t.Helper()
+	var line map[string]any
+	require.Eventually(t, func() bool { // written as the handler returns, just after the client has its answer
+		for _, m := range logs.lines(t) {
+			if m["msg"] == "request" && m["request_id"] == id {
+				line = m
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, time.Millisecond, "no request line for %s", id)
+	return line
+}
+
+// TestRequestLogAndMetrics serves a stream to a tenant and turns away a
+// bad key, then checks each one's log line and what the metrics say of
+// them: the stream's TTFT and time per output token, its tokens under its
+// tenant, and the 401 under tier and class "none".
+func TestRequestLogAndMetrics(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	var logs lockedBuffer
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro",
+		Limits: quota.Limits{OutputTokensPerMinute: 100000, OutputBurst: 100000}})
+	opts.RequestLog = slog.New(slog.NewJSONHandler(&logs, nil))
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+
+	c := s.keyed(t, "sk-acme", 0)
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(8)
+	st := c.Chat.Completions.NewStreaming(context.Background(), p, option.WithHeader("X-Request-Id", "req-stream"))
+	for st.Next() {
+	}
+	require.NoError(t, st.Err())
+	require.NoError(t, st.Close())
+
+	bad := s.keyed(t, "sk-wrong", 0)
+	_, err := bad.Chat.Completions.New(context.Background(), chatParams(model),
+		option.WithHeader("X-Request-Id", "req-401"))
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+
+	served := requestLine(t, &logs, "req-stream")
+	assert.Equal(t, "INFO", served["level"])
+	assert.Equal(t, "/v1/chat/completions", served["route"])
+	assert.Equal(t, "acme", served["tenant"])
+	assert.Equal(t, model, served["model"])
+	assert.Equal(t, "default", served["class"])
+	assert.Equal(t, w.srv.URL, served["backend"])
+	assert.EqualValues(t, 200, served["status"])
+	assert.Positive(t, served["input_tokens"])
+	assert.EqualValues(t, 8, served["output_tokens"], "the worker's own usage")
+	require.Contains(t, served, "ttft_ms")
+	assert.Positive(t, served["ttft_ms"])
+	assert.GreaterOrEqual(t, served["latency_ms"], served["ttft_ms"])
+	assert.NotContains(t, served, "error")
+
+	refused := requestLine(t, &logs, "req-401")
+	assert.EqualValues(t, 401, refused["status"])
+	assert.Equal(t, "invalid_api_key", refused["error"])
+	for _, k := range []string{"tenant", "model", "class", "backend"} {
+		assert.Empty(t, refused[k], k)
+	}
+	assert.EqualValues(t, 0, refused["output_tokens"])
+	assert.NotContains(t, refused, "ttft_ms")
+	assert.Positive(t, refused["latency_ms"])
+
+	page := scrape(t, s)
+	for _, want := range []string{
+		`sluice_http_requests_total{class="default",code="200",model="` + model + `",route="/v1/chat/completions",tier="pro"} 1`,
+		`sluice_http_requests_total{class="none",code="401",model="none",route="/v1/chat/completions",tier="none"} 1`,
+		`sluice_http_request_duration_seconds_count{class="default",code="200",model="` + model + `",route="/v1/chat/completions",tier="pro"} 1`,
+		`sluice_time_to_first_token_seconds_count{class="default",model="` + model + `"} 1`,
+		`sluice_time_per_output_token_seconds_count{class="default",model="` + model + `"} 1`,
+		`sluice_tenant_tokens_total{kind="output",tenant="acme",tier="pro"} 8`,
+	} {
+		assert.Contains(t, page, want+"\n")
+	}
+}
+
+// TestRelayedErrorIsRecordedWithItsStatus: a backend's own 4xx answer,
+// relayed, is counted and logged under its status, not as a 200.
+func TestRelayedErrorIsRecordedWithItsStatus(t *testing.T) {
+	backend := startBackend(t, http.StatusBadRequest)
+	var logs lockedBuffer
+	s := startSluice(t, router.Options{RequestLog: slog.New(slog.NewJSONHandler(&logs, nil))},
+		routeSpec{model: model, urls: []string{backend}})
+	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("X-Request-Id", "req-400")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+
+	line := requestLine(t, &logs, "req-400")
+	assert.EqualValues(t, 400, line["status"])
+	assert.Equal(t, backend, line["backend"])
+	assert.Contains(t, scrape(t, s),
+		`sluice_http_requests_total{class="default",code="400",model="`+model+`",route="/v1/chat/completions",tier="none"} 1`)
+}
+
+// startBackend is a backend that answers every request with status.
+func startBackend(t *testing.T, status int) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(`{"error":{"message":"no","type":"invalid_request_error"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestFleetMetricsReadTheTableAtScrapeTime: the per-backend and admission
+// queue gauges show the endpoints' current state when /metrics is read.
+func TestFleetMetricsReadTheTableAtScrapeTime(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 2})
+	ep := s.endpoints[w.srv.URL]
+	ep.StoreLoad(&backends.Load{At: time.Now(), Waiting: 3, Running: 5, KVUsage: 0.25})
+	ep.SetBreaker(backends.BreakerSettings{})
+	ep.ObserveDecode(99, time.Second)
+
+	mb := `{backend="` + w.srv.URL + `",model="` + model + `"}`
+	page := scrape(t, s)
+	for _, want := range []string{
+		`sluice_upstream_in_flight_requests{backend="` + w.srv.URL + `"} 0`,
+		`sluice_backend_available` + mb + ` 1`,
+		`sluice_backend_waiting_requests` + mb + ` 3`,
+		`sluice_backend_running_requests` + mb + ` 5`,
+		`sluice_backend_kv_cache_usage_ratio` + mb + ` 0.25`,
+		`sluice_backend_decode_tokens_per_second` + mb + ` 99`,
+		`sluice_backend_breaker_state{backend="` + w.srv.URL + `",model="` + model + `",state="closed"} 1`,
+		`sluice_backend_breaker_state{backend="` + w.srv.URL + `",model="` + model + `",state="open"} 0`,
+		`sluice_admission_queued_requests{class="priority",model="` + model + `"} 0`,
+		`sluice_admission_queued_requests{class="flex",model="` + model + `"} 0`,
+	} {
+		assert.Contains(t, page, want+"\n")
+	}
+
+	// A stale load is dropped, not reported as zeros; a drained backend is
+	// out of routing.
+	ep.MarkStale()
+	ep.SetDrained(true)
+	page = scrape(t, s)
+	assert.NotContains(t, page, "sluice_backend_waiting_requests")
+	assert.NotContains(t, page, "sluice_backend_kv_cache_usage_ratio")
+	assert.Contains(t, page, `sluice_backend_available`+mb+" 0\n")
+}
+
+// BenchmarkRequestLog is BenchmarkOverhead's whole answer through Sluice
+// with the per-request log on (JSON, discarded): what the line costs.
+func BenchmarkRequestLog(b *testing.B) {
+	w := startWorker(b, model, "instant", 0)
+	s := startSluice(b, router.Options{RequestLog: slog.New(slog.NewJSONHandler(io.Discard, nil))},
+		routeSpec{model: model, urls: []string{w.srv.URL}})
+	body := `{"model":"` + model + `","max_tokens":16,"ignore_eos":true,"messages":[{"role":"user","content":"hello there, fleet"}]}`
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			res, err := client.Post(s.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+	})
+}
