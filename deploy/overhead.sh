@@ -110,7 +110,8 @@ models:
 YAML
 "$BIN/sluice" serve --config "$tmp/sluice.yaml" 2>"$tmp/sluice.log" & pids+=($!); pid[sluice]=$!
 url[sluice]="http://127.0.0.1:$SLUICE"
-for t in bare_go sluice; do wait_for "${url[$t]}/v1/models" >/dev/null || wait_for "${url[$t]}/healthz"; done
+wait_for "${url[sluice]}/readyz"
+wait_for "${url[bare_go]}/health" # the worker's, through the proxy
 [ -n "${url[nginx]:-}" ] && { wait_for "${url[nginx]}/health"; pid[nginx]=$(pgrep -d, -P "$(cat "$tmp/nginx.pid")"); }
 [ -n "${url[haproxy]:-}" ] && wait_for "${url[haproxy]}/health"
 
