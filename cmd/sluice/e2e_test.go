@@ -32,24 +32,8 @@ func TestLoadAwareRoutingAvoidsASlowedWorker(t *testing.T) {
 	fast, slow := startWorker(t, "m"), startWorker(t, "m")
 	cfg := "listen: 127.0.0.1:0\nscrape:\n  interval: 20ms\n  timeout: 15ms\nmodels:\n  - name: m\n    policy: least_request\n" +
 		"    backends:\n      - url: " + fast.URL + "\n      - url: " + slow.URL + "\n"
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
 	var logs syncBuffer
-	go func() {
-		done <- runServer(ctx, serverOptions{path: writeConfig(t, cfg), drain: 5 * time.Second, ready: ready,
-			log: slog.New(slog.NewTextHandler(&logs, nil))})
-	}()
-	addr := <-ready
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
-
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	client := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"),
-		option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: tr}))
+	addr, tr, client := serveE2E(t, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	send := func(n, concurrency int) {
 		var wg sync.WaitGroup
 		for range concurrency {
@@ -137,23 +121,7 @@ func TestDefaultPolicyAvoidsASlowedWorker(t *testing.T) {
 	fast, slow := startWorker(t, "m"), startWorker(t, "m")
 	cfg := "listen: 127.0.0.1:0\nscrape:\n  interval: 20ms\n  timeout: 15ms\nmodels:\n  - name: m\n" +
 		"    backends:\n      - url: " + fast.URL + "\n      - url: " + slow.URL + "\n"
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- runServer(ctx, serverOptions{path: writeConfig(t, cfg), drain: 5 * time.Second, ready: ready,
-			log: slog.New(slog.DiscardHandler)})
-	}()
-	addr := <-ready
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
-
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	client := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"),
-		option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: tr}))
+	addr, tr, client := serveE2E(t, cfg, slog.New(slog.DiscardHandler))
 	params := openai.ChatCompletionNewParams{
 		Model:     "m",
 		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")},
@@ -222,4 +190,26 @@ func allAttempts(t *testing.T, tr *http.Transport, addr, backend string) float64
 		}
 	}
 	return sum
+}
+
+// serveE2E runs the real server on cfg until the test ends, and returns
+// its address, a transport of the test's own and the official client on it.
+func serveE2E(t *testing.T, cfg string, log *slog.Logger) (string, *http.Transport, openai.Client) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverOptions{path: writeConfig(t, cfg), drain: 5 * time.Second, ready: ready, log: log})
+	}()
+	addr := <-ready
+	tr := &http.Transport{}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		cancel()
+		require.NoError(t, <-done)
+	})
+	client := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"),
+		option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: tr}))
+	return addr, tr, client
 }
