@@ -5,7 +5,9 @@
 # nginx and HAProxy (Debian packages, streaming-safe settings) and Sluice
 # with its full pipeline (a tenant key, limits on the in-process store,
 # admission, the default policy, metrics; tracing as configured: off
-# unless OTEL_EXPORTER_OTLP_ENDPOINT is set). Streamed and non-streamed:
+# unless OTEL_EXPORTER_OTLP_ENDPOINT is set), without a request log as
+# nginx and HAProxy run here without an access log, and again with its
+# JSON request log (sluice_log). Streamed and non-streamed:
 #   latency   concurrency 1: p50 and p99 added over direct
 #   capacity  concurrency 32: requests/s, and the proxy process's CPU
 #             (utime+stime from /proc) per request
@@ -23,7 +25,7 @@ WPORT=${WPORT:-9621}
 BARE=${BARE:-8621}
 NGINX=${NGINX:-8622}
 HAPROXY=${HAPROXY:-8623}
-SLUICE=${SLUICE:-8624}
+SLUICE=${SLUICE:-8624} # and SLUICE+1 for the one with the request log
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -91,6 +93,8 @@ fi
 
 cat > "$tmp/sluice.yaml" <<YAML
 listen: 127.0.0.1:$SLUICE
+log:
+  requests: false
 tiers:
   - name: bench
     requests_per_minute: 100000000
@@ -110,7 +114,11 @@ models:
 YAML
 "$BIN/sluice" serve --config "$tmp/sluice.yaml" 2>"$tmp/sluice.log" & pids+=($!); pid[sluice]=$!
 url[sluice]="http://127.0.0.1:$SLUICE"
+grep -v '^  requests: false$' "$tmp/sluice.yaml" | sed "s/^listen: .*/listen: 127.0.0.1:$((SLUICE + 1))/; /^log:$/d" > "$tmp/sluice-log.yaml"
+"$BIN/sluice" serve --config "$tmp/sluice-log.yaml" 2>"$tmp/sluice-log.log" & pids+=($!); pid[sluice_log]=$!
+url[sluice_log]="http://127.0.0.1:$((SLUICE + 1))"
 wait_for "${url[sluice]}/readyz"
+wait_for "${url[sluice_log]}/readyz"
 wait_for "${url[bare_go]}/health" # the worker's, through the proxy
 [ -n "${url[nginx]:-}" ] && { wait_for "${url[nginx]}/health"; pid[nginx]=$(pgrep -d, -P "$(cat "$tmp/nginx.pid")"); }
 [ -n "${url[haproxy]:-}" ] && wait_for "${url[haproxy]}/health"
@@ -127,7 +135,7 @@ cpu() { # cpu PIDS(comma-separated): utime+stime in clock ticks, summed
 targets=(direct bare_go)
 [ -n "${url[nginx]:-}" ] && targets+=(nginx)
 [ -n "${url[haproxy]:-}" ] && targets+=(haproxy)
-targets+=(sluice)
+targets+=(sluice sluice_log)
 common=(--model llama-3-8b --rate 100000 --duration 10m --prompt-mean 128 --output-mean 16 --quiet --api-key sk-bench)
 echo "target,mode,concurrency,completed,failed,rps,p50_ms,p99_ms,cpu_us_per_req" > "$tmp/results.csv"
 for mode in plain stream; do
@@ -158,16 +166,16 @@ import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 get = lambda t, m, c: next((r for r in rows if r["target"] == t and r["mode"] == m and r["concurrency"] == c), None)
 print("latency is e2e for non-streamed requests and TTFT for streamed ones; 'added' is over direct at concurrency 1")
-print(f"{'mode':<7}{'target':<9}{'p50 added ms':>13}{'p99 added ms':>13}{'req/s c=32':>12}{'CPU us/req':>11}{'failed':>8}")
+print(f"{'mode':<7}{'target':<11}{'p50 added ms':>13}{'p99 added ms':>13}{'req/s c=32':>12}{'CPU us/req':>11}{'failed':>8}")
 for m in ("plain", "stream"):
     d1 = get("direct", m, "1")
-    for t in ("direct", "bare_go", "nginx", "haproxy", "sluice"):
+    for t in ("direct", "bare_go", "nginx", "haproxy", "sluice", "sluice_log"):
         a, b = get(t, m, "1"), get(t, m, "32")
         if not a:
             continue
         p50 = float(a["p50_ms"]) - float(d1["p50_ms"])
         p99 = float(a["p99_ms"]) - float(d1["p99_ms"])
-        print(f"{m:<7}{t:<9}{p50:>13.3f}{p99:>13.3f}{float(b['rps']):>12.0f}{float(b['cpu_us_per_req']):>11.1f}{int(a['failed'])+int(b['failed']):>8}")
+        print(f"{m:<7}{t:<11}{p50:>13.3f}{p99:>13.3f}{float(b['rps']):>12.0f}{float(b['cpu_us_per_req']):>11.1f}{int(a['failed'])+int(b['failed']):>8}")
     s, g = (get("sluice", m, "1"), get("sluice", m, "32")), (get("bare_go", m, "1"), get("bare_go", m, "32"))
     add = lambda r: (float(r["p50_ms"]) - float(d1["p50_ms"]), float(r["p99_ms"]) - float(d1["p99_ms"]))
     sp, gp = add(s[0]), add(g[0])

@@ -6,19 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-)
 
-// inferenceRequest holds the few fields of an OpenAI request body that
-// routing needs. The body itself is forwarded untouched.
-type inferenceRequest struct {
-	Model               string         `json:"model"`
-	Stream              bool           `json:"stream"`
-	MaxTokens           *int           `json:"max_tokens"`
-	MaxCompletionTokens *int           `json:"max_completion_tokens"`
-	User                string         `json:"user"`
-	StreamOptions       *streamOptions `json:"stream_options"`
-	ServiceTier         string         `json:"service_tier"`
-}
+	"github.com/sluice-llm/sluice/router/jsonscan"
+)
 
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
@@ -42,30 +32,80 @@ type parsed struct {
 const bytesPerToken = 4
 
 // parseInference validates body as a JSON object carrying a model name and
-// returns its routing fields, or an *APIError naming the problem.
+// returns its routing fields, or an *APIError naming the problem. The body
+// is validated once and walked once at its top level (jsonscan skips the
+// messages without decoding them); only the few members routing reads are
+// decoded. Keys match exactly, as OpenAI-compatible servers read them; with
+// duplicate keys the last wins.
 func parseInference(body []byte) (parsed, error) {
-	var f inferenceRequest
-	if err := json.Unmarshal(body, &f); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return parsed{}, badRequest(typeErr.Field, "invalid_type",
-				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s.", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value))
-		}
+	if !json.Valid(body) || body[jsonscan.SkipSpace(body, 0)] != '{' {
 		return parsed{}, badRequest("", "invalid_json",
 			"We could not parse the JSON body of your request. The body must be a JSON object with a \"model\" field.")
 	}
-	if f.Model == "" {
+	var (
+		p                    parsed
+		maxTokens, maxCompl  *int
+		opts                 *streamOptions
+		err                  error
+		messages, promptText []byte
+	)
+	decode := func(name string, val []byte, into any) {
+		if err != nil {
+			return
+		}
+		if e := json.Unmarshal(val, into); e != nil {
+			var typeErr *json.UnmarshalTypeError
+			field, want, got := name, jsonKind(reflect.TypeOf(into)), "another type"
+			if errors.As(e, &typeErr) {
+				if typeErr.Field != "" {
+					field += "." + typeErr.Field
+				}
+				want, got = jsonKind(typeErr.Type), typeErr.Value
+			}
+			err = badRequest(field, "invalid_type",
+				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s.", field, want, got))
+		}
+	}
+	members(body, func(key, val []byte) {
+		switch string(key) {
+		case "model":
+			decode("model", val, &p.model)
+		case "stream":
+			decode("stream", val, &p.stream)
+		case "max_tokens":
+			decode("max_tokens", val, &maxTokens)
+		case "max_completion_tokens":
+			decode("max_completion_tokens", val, &maxCompl)
+		case "user":
+			decode("user", val, &p.user)
+		case "stream_options":
+			decode("stream_options", val, &opts)
+		case "service_tier":
+			decode("service_tier", val, &p.serviceTier)
+		case "messages":
+			messages = val
+		case "prompt":
+			promptText = val
+		}
+	})
+	if err != nil {
+		return parsed{}, err
+	}
+	if p.model == "" {
 		return parsed{}, badRequest("model", "missing_required_parameter",
 			"you must provide a model parameter")
 	}
-	p := parsed{model: f.Model, stream: f.Stream, user: f.User, promptTokens: len(body) / bytesPerToken,
-		prefix: prefixHashes(body), includeUsage: f.StreamOptions != nil && f.StreamOptions.IncludeUsage,
-		serviceTier: f.ServiceTier}
+	if messages == nil {
+		messages = promptText
+	}
+	p.promptTokens = len(body) / bytesPerToken
+	p.prefix = prefixHashesOf(messages)
+	p.includeUsage = opts != nil && opts.IncludeUsage
 	switch {
-	case f.MaxCompletionTokens != nil:
-		p.maxTokens = *f.MaxCompletionTokens
-	case f.MaxTokens != nil:
-		p.maxTokens = *f.MaxTokens
+	case maxCompl != nil:
+		p.maxTokens = *maxCompl
+	case maxTokens != nil:
+		p.maxTokens = *maxTokens
 	}
 	if p.maxTokens < 0 {
 		return parsed{}, badRequest("max_tokens", "invalid_value", "max_tokens must be at least 1")

@@ -28,8 +28,10 @@ const (
 
 // prefixHashes returns the chained chunk hashes of body's prompt, or nil
 // when it has no whole chunk. body must be valid JSON.
-func prefixHashes(body []byte) []uint64 {
-	v := promptValue(body)
+func prefixHashes(body []byte) []uint64 { return prefixHashesOf(promptValue(body)) }
+
+// prefixHashesOf is prefixHashes of an already found prompt value v.
+func prefixHashesOf(v []byte) []uint64 {
 	n := min(len(v)/prefixChunk, prefixMaxChunks)
 	if n == 0 {
 		return nil
@@ -52,43 +54,53 @@ func prefixHashes(body []byte) []uint64 {
 // last wins, as in encoding/json. It allocates nothing and stops at the
 // first byte that is not valid JSON.
 func promptValue(b []byte) []byte {
-	i := jsonscan.SkipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil
-	}
 	var messages, prompt []byte
-	for i++; ; i++ {
-		i = jsonscan.SkipSpace(b, i)
-		if i >= len(b) || b[i] != '"' {
-			break
-		}
-		keyEnd := jsonscan.SkipString(b, i)
-		if keyEnd < 0 {
-			break
-		}
-		key := b[i+1 : keyEnd-1]
-		i = jsonscan.SkipSpace(b, keyEnd)
-		if i >= len(b) || b[i] != ':' {
-			break
-		}
-		i = jsonscan.SkipSpace(b, i+1)
-		end := jsonscan.SkipValue(b, i)
-		if end < 0 {
-			break
-		}
+	members(b, func(key, val []byte) {
 		switch string(key) {
 		case "messages":
-			messages = b[i:end]
+			messages = val
 		case "prompt":
-			prompt = b[i:end]
+			prompt = val
 		}
-		i = jsonscan.SkipSpace(b, end)
-		if i >= len(b) || b[i] != ',' {
-			break
-		}
-	}
+	})
 	if messages != nil {
 		return messages
 	}
 	return prompt
+}
+
+// members calls fn with each top-level member of the JSON object b: its
+// key as written (without quotes, escapes undone by nobody) and its raw
+// value. It stops at the first byte that is not valid JSON, so callers
+// validate b first when they need every member.
+func members(b []byte, fn func(key, val []byte)) {
+	i := jsonscan.SkipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return
+	}
+	for i++; ; i++ {
+		i = jsonscan.SkipSpace(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return
+		}
+		keyEnd := jsonscan.SkipString(b, i)
+		if keyEnd < 0 {
+			return
+		}
+		key := b[i+1 : keyEnd-1]
+		i = jsonscan.SkipSpace(b, keyEnd)
+		if i >= len(b) || b[i] != ':' {
+			return
+		}
+		i = jsonscan.SkipSpace(b, i+1)
+		end := jsonscan.SkipValue(b, i)
+		if end < 0 {
+			return
+		}
+		fn(key, b[i:end])
+		i = jsonscan.SkipSpace(b, end)
+		if i >= len(b) || b[i] != ',' {
+			return
+		}
+	}
 }

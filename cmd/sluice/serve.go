@@ -35,6 +35,7 @@ func serve(args []string, stderr io.Writer) int {
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	drain := fs.Duration("shutdown-timeout", 30*time.Second, "how long open requests may finish on shutdown")
 	watch := fs.Duration("watch", 2*time.Second, "poll the config file this often and reload it when it changes (0 turns it off; SIGHUP always reloads)")
+	pprofAddr := fs.String("pprof", "", "serve Go's profiler (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default; no authentication)")
 	redisURL := fs.String("redis-url", os.Getenv("SLUICE_REDIS_URL"),
 		"Redis for limits shared across replicas; overrides limits.redis_url (default $SLUICE_REDIS_URL)")
 	if err := fs.Parse(args); err != nil {
@@ -50,6 +51,14 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	if *pprofAddr != "" {
+		stopPprof, err := servePprof(*pprofAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice serve: --pprof: %v\n", err)
+			return 2
+		}
+		defer stopPprof()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
