@@ -4,6 +4,7 @@
 //	sluice serve --config FILE [--listen ADDR]
 //	sluice validate --config FILE
 //	sluice hash-key [KEY | --generate]
+//	sluice probe URL
 package main
 
 import (
@@ -19,6 +20,7 @@ const usage = `usage:
   sluice validate --config FILE
   sluice hash-key [KEY]      print a tenant's api_keys line (sha256:<hex>) for KEY, or for the key on stdin
   sluice hash-key --generate make a new random key; print it, then its api_keys line
+  sluice probe URL           exit 0 when URL answers 200 (the container image's health check)
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -33,6 +35,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return validate(args[1:], stdout, stderr)
 	case "hash-key":
 		return hashKey(args[1:], os.Stdin, stdout, stderr)
+	case "probe":
+		return probe(args[1:], stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
