@@ -26,6 +26,9 @@ const (
 	// ClassFailed: the answer broke after it started, or the backend
 	// refused the request for a reason of its own.
 	ClassFailed
+	// ClassLocal: the router could not make the attempt for a reason of
+	// its own (out of file descriptors); the backend did nothing wrong.
+	ClassLocal
 )
 
 var classNames = [...]string{
@@ -36,6 +39,7 @@ var classNames = [...]string{
 	ClassUpstream5xx: "upstream_5xx",
 	ClassUpstream4xx: "upstream_4xx",
 	ClassFailed:      "failed",
+	ClassLocal:       "local_error",
 }
 
 // String is the class's metric label.

@@ -173,6 +173,9 @@ func errorFor(err error) *APIError {
 		case backends.ClassUnreachable:
 			return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_unavailable",
 				Message: "No backend for this model could be reached."}
+		case backends.ClassLocal: // out of file descriptors: shed until some close
+			return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_overloaded",
+				Message: "The server is at its connection limit; please retry.", RetryAfter: time.Second}
 		case backends.ClassUpstream4xx: // a backend's 429, turned back with no retry left
 			return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_overloaded",
 				Message: "The backends are busy; please retry.", RetryAfter: time.Second}

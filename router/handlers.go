@@ -426,7 +426,7 @@ func (rt *Router) another(rte *Route, ep *backends.Endpoint, tried []*backends.E
 // the request back (502, 503, 429). A client that left is never retried.
 func retryable(err error) bool {
 	var ae *proxy.AttemptError
-	return errors.As(err, &ae) && ae.Outcome != proxy.ClientGone
+	return errors.As(err, &ae) && ae.Outcome != proxy.ClientGone && ae.Outcome != proxy.LocalLimit
 }
 
 // classify names how an attempt ended from Forward's error and the status
@@ -452,6 +452,8 @@ func classify(err error, status int) backends.ErrorClass {
 		return backends.ClassTimeout
 	case proxy.ClientGone:
 		return backends.ClassClientGone
+	case proxy.LocalLimit:
+		return backends.ClassLocal
 	case proxy.TurnedBack:
 		if ae.Status == http.StatusTooManyRequests {
 			return backends.ClassUpstream4xx
