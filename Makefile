@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build run test test-short lint fmt bench bench-classes-live bench-faults bench-limits bench-memory bench-overhead bench-policies bench-policies-live validate fidelity fuzz deploy-check clean
+.PHONY: all build run test test-short lint fmt bench bench-batch bench-classes-live bench-faults bench-limits bench-memory bench-overhead bench-policies bench-policies-live validate fidelity fuzz deploy-check clean
 
 all: build
 
@@ -52,6 +52,10 @@ bench-memory: build
 ## bench-limits: what tenant limits cost: no tenants, in-process store and Redis side by side (~1.5 minutes)
 bench-limits: build
 	./deploy/bench-limits.sh
+
+## bench-batch: what a Batch API batch costs interactive traffic live: alone, with the batch as flex, the same requests as default traffic (~8 minutes per run)
+bench-batch: build
+	./deploy/bench-batch.sh
 
 ## bench-classes-live: 30% priority + 70% flex live, at light load and overload, with and without admission (~5 minutes)
 bench-classes-live: build

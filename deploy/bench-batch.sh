@@ -36,7 +36,8 @@
 # N=2000 CONCURRENCY=64 (batch.concurrency) RUNS="batch-alone alone batch
 # ordinary" TRACE=<azure code trace> BASE_PORT=19800 (workers BASE_PORT..,
 # Sluice BASE_PORT-1) BIN=bin GOODPUT_TTFT=1s GOODPUT_TPOT=100ms
-# BATCH_TIMEOUT=900 (wall seconds a batch may run) KEEP=1 (keep the files)
+# BATCH_TIMEOUT=900 (wall seconds a batch may run) PENDING=0
+# (admission.max_pending_prompt_tokens; 0 = off) KEEP=1 (keep the files)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=deploy/lib.sh
@@ -55,6 +56,7 @@ BASE_PORT=${BASE_PORT:-19800}
 GOODPUT_TTFT=${GOODPUT_TTFT:-1s}
 GOODPUT_TPOT=${GOODPUT_TPOT:-100ms}
 BATCH_TIMEOUT=${BATCH_TIMEOUT:-900}
+PENDING=${PENDING:-0}
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
 WORKERS=$((H100S + L4S))
@@ -144,6 +146,7 @@ models:
   - name: $MODEL
     admission:
       max_in_flight_per_backend: $H100_BUDGET
+      max_pending_prompt_tokens: $PENDING
     backends:
 EOF
 	local port=$BASE_PORT
@@ -264,7 +267,7 @@ for r in $RUNS; do
 done
 
 echo "fleet $FLEET at speedup $SPEEDUP (figures in simulated time); admission budgets h100 $H100_BUDGET, l4 $L4_BUDGET;" \
-	"batch.concurrency $CONCURRENCY"
+	"batch.concurrency $CONCURRENCY; max_pending_prompt_tokens $PENDING"
 echo "interactive: $(basename "$TRACE") at --load $LOAD for ${DURATION}s, streamed; batch: $N chat requests drawn from the trace"
 echo
 python3 - "$tmp" "$SPEEDUP" "$RUNS" <<'PY'
@@ -352,14 +355,20 @@ for run in runs:
     # interpolated between the samples around the interactive load's end.
     if it and t0 and ms and run != "alone":
         t1 = t0 + it["duration_s"] / speed
+        if row.get("bdur"):  # the batch ended first: its rate while both ran
+            t1 = min(t1, t0 + row["bdur"] / speed)
         pat = r'^sluice_tenant_tokens_total\{.*kind="output".*tenant="batch"'
         pts = [(t, val(s, pat)) for t, s in ms]
         before = [p for p in pts if p[0] <= t1]
         after = [p for p in pts if p[0] > t1]
         if before and after:
             (ta, va), (tb, vb) = before[-1], after[0]
-            row["bwin"] = (va + (vb - va) * (t1 - ta) / (tb - ta)) / (it["duration_s"])
+            row["bwin"] = (va + (vb - va) * (t1 - ta) / (tb - ta)) / ((t1 - t0) * speed)
     if ms:
+        peak = lambda p: max(val(s, p) for _, s in ms)
+        notes.append(f"{run}: peaks: batch lines in flight {peak(r'^sluice_batch_lines_in_flight'):.0f}, admission queue"
+                     f" default {peak(r'^sluice_admission_queued_requests.*class=.default'):.0f},"
+                     f" flex {peak(r'^sluice_admission_queued_requests.*class=.flex'):.0f}")
         last = ms[-1][1]
         shed = {k: v for k, v in last.items() if k.startswith("sluice_admission_shed_total") and v}
         if shed:
@@ -381,8 +390,8 @@ for r in rows:
           f"{f(r.get('rel'), '.2f'):>10}{f(r.get('goodput'), '.2f'):>8}{f(r.get('bok'), 'd'):>9}{f(r.get('bfailed'), 'd'):>5}"
           f"{f(r.get('bdur'), '.0f'):>7}{f(r.get('btok'), '.0f'):>10}{f(r.get('brps'), '.2f'):>7}{f(r.get('bwin'), '.0f'):>16}")
 print("TTFT in ms; goodput in req/s (TTFT and TPOT within the SLO); batch dur from create to completed (batch) or first"
-      " request to last answer (ordinary); 'tok/s in window': the batch tenant's output tokens per second while the"
-      " interactive load ran (Sluice's sluice_tenant_tokens_total)")
+      " request to last answer (ordinary); 'tok/s in window': the batch tenant's output tokens per second while both"
+      " the interactive load and the batch ran (Sluice's sluice_tenant_tokens_total)")
 if cap and offered:
     spare = cap - offered
     print(f"spare throughput, estimated: capacity estimate {cap:.2f} req/s - interactive offered {offered:.2f} req/s"
