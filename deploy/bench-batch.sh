@@ -71,13 +71,6 @@ command -v python3 >/dev/null || { echo "bench-batch: needs python3" >&2; exit 2
 
 tmp=$(mktemp -d)
 pids=()
-stop_all() {
-	if [ ${#pids[@]} -gt 0 ]; then
-		kill -TERM "${pids[@]}" 2>/dev/null || true
-		wait "${pids[@]}" 2>/dev/null || true
-	fi
-	pids=()
-}
 cleanup() {
 	trap - INT TERM EXIT
 	stop_all

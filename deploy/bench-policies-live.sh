@@ -61,13 +61,6 @@ L4_WEIGHT=$(sed -n 's/.*l4-llama3-8b \([0-9]*\).*/\1/p' <<<"$weights")
 
 tmp=$(mktemp -d)
 pids=()
-stop_all() {
-	if [ ${#pids[@]} -gt 0 ]; then
-		kill -TERM "${pids[@]}" 2>/dev/null || true
-		wait "${pids[@]}" 2>/dev/null || true
-	fi
-	pids=()
-}
 cleanup() {
 	trap - INT TERM EXIT
 	stop_all

@@ -10,3 +10,13 @@ wait_for() {
 	echo "$(basename "$0"): $1 did not come up" >&2
 	return 1
 }
+
+# stop_all: TERM every process in the calling script's pids array, wait for
+# them, and empty the array.
+stop_all() {
+	if [ ${#pids[@]} -gt 0 ]; then
+		kill -TERM "${pids[@]}" 2>/dev/null || true
+		wait "${pids[@]}" 2>/dev/null || true
+	fi
+	pids=()
+}
