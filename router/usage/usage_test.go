@@ -82,6 +82,7 @@ func FuzzAskUsage(f *testing.F) {
 		`{"stream_options":[1,{"a":"]"}]}`, ` {"a":"\"}\\", "b" : [ {} , [] ] } `,
 		`{"stream_options":{"include_usage":true},"stream_options":1}`, `{"a":{"stream_options":null}}`,
 		`{"stream\u005foptions":{"include\u005fusage":false}}`, "{\"a\":1e5,\"b\":-0.5,\"c\":true,\"d\":null}\n",
+		"null", " null ",
 	} {
 		f.Add([]byte(s))
 	}
@@ -90,8 +91,8 @@ func FuzzAskUsage(f *testing.F) {
 		out, injected, err := AskUsage(in)
 		require.Equal(t, orig, in, "the input is not modified")
 		var before map[string]any
-		if !json.Valid(in) || json.Unmarshal(in, &before) != nil {
-			return // only a valid object has a promise; not panicking is checked already
+		if !json.Valid(in) || json.Unmarshal(in, &before) != nil || before == nil {
+			return // only a valid object (not null) has a promise; not panicking is checked already
 		}
 		require.NoError(t, err)
 		require.True(t, json.Valid(out), "invalid output %q from %q", out, in)
