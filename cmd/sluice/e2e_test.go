@@ -59,12 +59,7 @@ func TestLoadAwareRoutingAvoidsASlowedWorker(t *testing.T) {
 	require.Equal(t, 80.0, f1+s1)
 	before := s1 / (f1 + s1)
 
-	req, err := http.NewRequest(http.MethodPut, slow.URL+"/admin/faults", strings.NewReader(`{"added_latency":"300ms"}`))
-	require.NoError(t, err)
-	res, err := (&http.Client{Transport: tr}).Do(req)
-	require.NoError(t, err)
-	res.Body.Close()
-	require.Equal(t, http.StatusOK, res.StatusCode)
+	slowDown(t, tr, slow.URL, "300ms")
 
 	send(80, 4)
 	f2, s2 := counts()
@@ -162,12 +157,7 @@ func TestDefaultPolicyAvoidsASlowedWorker(t *testing.T) {
 	f1, s1 := counts(80)
 	before := s1 / (f1 + s1)
 
-	req, err := http.NewRequest(http.MethodPut, slow.URL+"/admin/faults", strings.NewReader(`{"added_latency":"300ms"}`))
-	require.NoError(t, err)
-	res, err := (&http.Client{Transport: tr}).Do(req)
-	require.NoError(t, err)
-	res.Body.Close()
-	require.Equal(t, http.StatusOK, res.StatusCode)
+	slowDown(t, tr, slow.URL, "300ms")
 
 	send(80, 4)
 	f2, s2 := counts(160)
@@ -212,4 +202,16 @@ func serveE2E(t *testing.T, cfg string, log *slog.Logger) (string, *http.Transpo
 	client := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"),
 		option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: tr}))
 	return addr, tr, client
+}
+
+// slowDown adds latency to every answer of the gpuworker at url through its
+// fault API.
+func slowDown(t *testing.T, tr *http.Transport, url, latency string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, url+"/admin/faults", strings.NewReader(`{"added_latency":"`+latency+`"}`))
+	require.NoError(t, err)
+	res, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
 }
