@@ -233,3 +233,58 @@ func textPrompt(s string) prompt {
 func idsPrompt(ids []int) prompt {
 	return prompt{tokens: len(ids), hash: hashTokens(ids), blocks: HashTokenBlocks(ids)}
 }
+
+// Generation is one prompt's work on the engine: its length and the
+// output the worker generates for it.
+type Generation struct {
+	PromptTokens, OutputTokens int
+}
+
+// Generations returns the engine work a worker started with seed does for
+// a request body sent to path (/v1/chat/completions or /v1/completions):
+// one Generation per prompt, by the worker's own token counts and output
+// lengths. Embeddings (/v1/embeddings) occupy no engine step and return
+// none. A simulator uses it to run a Batch API input file as the workers
+// would.
+func Generations(path string, body []byte, seed int64) ([]Generation, error) {
+	var (
+		params  genParams
+		prompts []prompt
+		def     int
+	)
+	switch path {
+	case "/v1/chat/completions":
+		var req chatRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		p, err := chatPrompt(req.Messages)
+		if err != nil {
+			return nil, err
+		}
+		params, prompts, def = req.genParams, []prompt{p}, defaultChatMaxTokens
+	case "/v1/completions":
+		var req completionRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		ps, err := parsePrompts("prompt", req.Prompt)
+		if err != nil {
+			return nil, err
+		}
+		params, prompts, def = req.genParams, ps, defaultCompletionMaxTokens
+	case "/v1/embeddings":
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("gpuworker: no generation at %s", path)
+	}
+	maxTokens, err := params.maxTokens(def)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Generation, len(prompts))
+	for i, p := range prompts {
+		out[i] = Generation{PromptTokens: p.tokens, OutputTokens: outputLength(p.hash, seed^params.seed(), maxTokens, params.IgnoreEOS)}
+	}
+	return out, nil
+}

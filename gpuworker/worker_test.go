@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -368,4 +369,30 @@ func TestStoppingEndsStreamsWithAnErrorEvent(t *testing.T) {
 	}
 	require.Error(t, st.Err())
 	assert.Contains(t, st.Err().Error(), "worker stopped")
+}
+
+// Generations predicts the usage a worker reports, without ignore_eos too.
+func TestGenerationsMatchTheWorker(t *testing.T) {
+	_, srv := startWorker(t, gpuworker.Options{Seed: 3})
+	c := client(srv)
+	for _, text := range []string{"Hello there, worker!", strings.Repeat("a long prompt ", 40), "x"} {
+		body := `{"model":"` + model + `","messages":[{"role":"user","content":` + strconv.Quote(text) + `}],"max_tokens":60}`
+		gens, err := gpuworker.Generations("/v1/chat/completions", []byte(body), 3)
+		require.NoError(t, err)
+		require.Len(t, gens, 1)
+		resp, err := c.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+			Model: model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}, MaxTokens: openai.Int(60),
+		})
+		require.NoError(t, err)
+		assert.Equal(t, resp.Usage.PromptTokens, int64(gens[0].PromptTokens), text)
+		assert.Equal(t, resp.Usage.CompletionTokens, int64(gens[0].OutputTokens), text)
+	}
+	gens, err := gpuworker.Generations("/v1/completions", []byte(`{"model":"m","prompt":["ab","cd"],"max_tokens":5,"ignore_eos":true}`), 0)
+	require.NoError(t, err)
+	assert.Equal(t, []gpuworker.Generation{{PromptTokens: 1, OutputTokens: 5}, {PromptTokens: 1, OutputTokens: 5}}, gens)
+	gens, err = gpuworker.Generations("/v1/embeddings", []byte(`{"model":"m","input":"ab"}`), 0)
+	require.NoError(t, err)
+	assert.Empty(t, gens)
+	_, err = gpuworker.Generations("/v1/chat/completions", []byte(`{"messages":[]}`), 0)
+	assert.Error(t, err)
 }

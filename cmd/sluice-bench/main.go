@@ -57,6 +57,8 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return sweepCmd(ctx, args[1:], stdout, stderr)
 	case "bareproxy":
 		return bareproxyCmd(ctx, args[1:], stdout, stderr)
+	case "batch-file":
+		return batchFileCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
@@ -83,6 +85,8 @@ Commands:
           write the latency-throughput curve per policy as a table, JSON and SVG
   bareproxy serve a bare httputil.ReverseProxy in front of one target: the Go
           floor "make bench-overhead" measures Sluice's cost against
+  batch-file write a Batch API input file of requests drawn from a trace, for
+          "simulate --batch" and a live Sluice's /v1/batches
 
 Run "sluice-bench <command> -h" for the command's flags.
 `)

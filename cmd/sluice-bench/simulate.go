@@ -33,6 +33,7 @@ type simFlags struct {
 	shapeFlags
 	classFlags
 	admissionFlags
+	batch              batchFlags
 	fleet              string
 	trace, traceFormat string
 	synthetic          bool
@@ -93,6 +94,7 @@ Flags:
 	f.shapeFlags.register(fs)
 	f.classFlags.register(fs)
 	f.admissionFlags.register(fs)
+	f.batch.register(fs)
 	return fs
 }
 
@@ -133,6 +135,9 @@ func (f *simFlags) validate() error {
 		errs = append(errs, err)
 	}
 	if err := f.admissionFlags.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := f.batch.validate(f); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -182,6 +187,21 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 		return exitError
+	}
+	var batch *fleet.Batch
+	skipped := 0
+	if f.batch.file != "" {
+		lines, n, err := readBatchFile(f.batch.file)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: --batch: %v\n", err)
+			return exitError
+		}
+		skipped = n
+		class, _ := f.batch.batchClass()
+		batch = &fleet.Batch{Requests: lines, Concurrency: f.batch.concurrency, Start: f.batch.start, Class: class}
+		s := workload.Summarize(lines)
+		fmt.Fprintf(stderr, "sluice-bench simulate: batch %s: %d lines as %s, %d at once, mean prompt %.1f, mean output %.1f tokens (%d embedding lines not simulated)\n",
+			filepath.Base(f.batch.file), len(lines), f.batch.class, f.batch.concurrency, s.PromptMean, s.OutputMean, skipped)
 	}
 
 	if f.saturation {
@@ -236,16 +256,24 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights, OracleAging: f.oracleAging / 1000,
 			Classes: classes, TenantOf: tenantOf}
-		if !opts.Oracle {
-			opts.Admission = adm
+		newPickers := func() ([]policies.Picker, error) {
+			var ps []policies.Picker
 			for replica := range f.routers {
 				p, err := newSeededPicker(reg, pr.name, pr.params, f.seed, replica)
 				if err != nil {
-					fmt.Fprintf(stderr, "sluice-bench simulate: %s: %v\n", pr.label, err)
-					return exitError
+					return nil, err
 				}
-				opts.Pickers = append(opts.Pickers, p)
+				ps = append(ps, p)
 			}
+			return ps, nil
+		}
+		if !opts.Oracle {
+			opts.Admission = adm
+			if opts.Pickers, err = newPickers(); err != nil {
+				fmt.Fprintf(stderr, "sluice-bench simulate: %s: %v\n", pr.label, err)
+				return exitError
+			}
+			opts.Batch = batch
 		}
 		start := time.Now()
 		res, err := fleet.Run(opts, reqs)
@@ -257,6 +285,15 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			pr.label, len(reqs), spec.Workers(), time.Since(start).Seconds())
 		row := summarizeSim(pr.label, spec, res, samples, f.goodTTFT, f.goodTPOT)
 		f.split(&row, res, samples, classes, opts.Admission != nil)
+		if opts.Batch != nil {
+			without, alone, err := batchRuns(opts, newPickers, reqs, samples, spec, &f, pr.label)
+			if err != nil {
+				fmt.Fprintf(stderr, "sluice-bench simulate: %s: batch reference runs: %v\n", pr.label, err)
+				return exitError
+			}
+			row.Batch = summarizeBatch(&f.batch, batch.Requests, res, alone, row, without, reqs, capacity)
+			row.Batch.SkippedEmbeds = skipped
+		}
 		if f.table == tableFull {
 			if err := row.write(stdout, res, f.perWorker, f.splitOrder(classes)); err != nil {
 				fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
@@ -272,6 +309,12 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 	} else if len(out.Results) > 1 {
 		if err := writeComparison(stdout, out.Results); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+			return exitError
+		}
+	}
+	if batch != nil {
+		if err := writeBatchTable(stdout, out.Results); err != nil {
 			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 			return exitError
 		}
@@ -400,6 +443,10 @@ type simResult struct {
 	// Saturation is what each class got while requests waited (with
 	// --admission).
 	Saturation *saturationStat `json:"saturation,omitempty"`
+	// Batch is the --batch run: the batch's completion and throughput,
+	// and the workload's figures without it. The row's other keys are
+	// the workload's own requests with the batch beside them.
+	Batch *batchReport `json:"batch,omitempty"`
 }
 
 // groupStat summarizes one fleet group's workers.

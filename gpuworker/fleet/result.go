@@ -75,6 +75,11 @@ type Result struct {
 	TenantITL map[string]*Histogram
 	// Admission holds what admission measured; nil without it.
 	Admission *AdmissionStats
+	// Batch holds the batch's lines (Options.Batch); nil without one.
+	// Requests, ITL and Elapsed are then the workload's alone, and each
+	// worker's Utilization is over the whole run, until the later of the
+	// workload's last completion and the batch's end.
+	Batch *BatchResult
 }
 
 // PrefixHitRatio is the fleet's token-weighted prefix-cache hit ratio: hits

@@ -75,6 +75,10 @@ type Options struct {
 	// Admission, when set, runs the admit stage (see Admission) after the
 	// limit stage; it needs Pickers, not Oracle.
 	Admission *Admission
+	// Batch, when set, runs a Batch API batch beside the workload (see
+	// Batch); Result.Requests then holds the workload's requests only and
+	// Result.Batch the batch's lines.
+	Batch *Batch
 }
 
 // DefaultScrapeInterval is the live scraper's default period.
@@ -112,6 +116,12 @@ type sim struct {
 	limits *limits // nil without Options.Tenants
 	adm    *gate   // nil without Options.Admission
 	clock  int64   // virtual now, ns, for the limits
+	// batch runs Options.Batch's lines, requests ntrace onwards; nil
+	// without one. finishedTrace is the latest completion of the
+	// workload's own requests.
+	batch         *runner
+	ntrace        int
+	finishedTrace int64
 
 	// Scraping: scrapeEvery is the period in ns (0 = off), nextScrape the
 	// next tick of each replica. version counts the changes of each
@@ -159,12 +169,18 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 	if err := checkRequestOptions(opts, len(reqs)); err != nil {
 		return nil, err
 	}
+	if err := checkBatch(opts); err != nil {
+		return nil, err
+	}
+	ntrace := len(reqs)
+	opts, reqs = withBatch(opts, reqs)
 	if opts.Model == "" {
 		opts.Model = "sim"
 	}
 	s := &sim{
 		opts:      opts,
 		reqs:      reqs,
+		ntrace:    ntrace,
 		profiles:  opts.Spec.Profiles(),
 		heap:      newStepHeap(n),
 		ctx:       context.Background(),
@@ -185,11 +201,13 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 		}
 		s.engines = append(s.engines, e)
 	}
-	for i, r := range reqs {
+	for i, r := range reqs[:ntrace] {
 		if i > 0 && r.Arrival < reqs[i-1].Arrival {
 			return nil, fmt.Errorf("fleet: request %d arrives before request %d; sort the workload", i, i-1)
 		}
 		s.arrival[i] = int64(r.Arrival)
+	}
+	for i, r := range reqs {
 		s.out[i] = Outcome{Worker: -1, PromptTokens: r.PromptTokens, Class: admission.Default}
 	}
 	s.labelRequests()
@@ -229,6 +247,9 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 		}
 		s.adm = g
 	}
+	if len(reqs) > ntrace {
+		s.batch = newRunner(s, ntrace)
+	}
 	return s, nil
 }
 
@@ -236,23 +257,42 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 // times an arrival goes first, so a step ending at that instant admits it.
 func (s *sim) loop() error {
 	next := 0
-	for next < len(s.reqs) || s.heap.len() > 0 {
-		if next < len(s.reqs) {
-			if s.heap.len() == 0 || s.arrival[next] <= s.heap.key[s.heap.items[0]] {
-				if s.scrapeEvery > 0 {
-					s.scrapeUntil(s.arrival[next])
-				}
-				if err := s.arrive(next); err != nil {
-					return err
-				}
-				next++
-				continue
+	for {
+		// The next arrival: the workload's, or a batch line's sending
+		// (the workload's first at equal times).
+		at, fromBatch, have := int64(0), false, next < s.ntrace
+		if have {
+			at = s.arrival[next]
+		}
+		if s.batch != nil {
+			if d, ok := s.batch.next(); ok && (!have || d.t < at) {
+				at, fromBatch, have = d.t, true, true
 			}
+		}
+		if !have && s.heap.len() == 0 {
+			break
+		}
+		if have && (s.heap.len() == 0 || at <= s.heap.key[s.heap.items[0]]) {
+			if s.scrapeEvery > 0 {
+				s.scrapeUntil(at)
+			}
+			s.clock = max(s.clock, at)
+			id := next
+			if fromBatch {
+				id = s.batch.pop()
+			} else {
+				next++
+			}
+			if err := s.arrive(id); err != nil {
+				return err
+			}
+			continue
 		}
 		w, t := s.heap.top()
 		if s.scrapeEvery > 0 {
 			s.scrapeUntil(t)
 		}
+		s.clock = max(s.clock, t)
 		if err := s.step(w, t); err != nil {
 			return err
 		}
@@ -375,6 +415,9 @@ func (s *sim) release(id int) {
 	if s.adm != nil {
 		s.adm.release(id)
 	}
+	if s.isBatch(id) {
+		s.batch.ended(id, s.clock)
+	}
 	if s.eps == nil {
 		return
 	}
@@ -466,6 +509,10 @@ func (s *sim) record(w int, ev *gpuworker.Event) {
 		s.prefilled(id)
 	case gpuworker.EventToken:
 		gap := time.Duration(t - s.lastTok[id])
+		s.lastTok[id] = t
+		if s.isBatch(id) {
+			return // the workload's figures are its own requests'
+		}
 		s.itl.Add(gap)
 		if s.classITL != nil {
 			s.classITL[o.Class].Add(gap)
@@ -473,28 +520,37 @@ func (s *sim) record(w int, ev *gpuworker.Event) {
 		if s.tenantITL != nil && s.tenantOf[id] >= 0 {
 			s.tenantITL[s.tenantOf[id]].Add(gap)
 		}
-		s.lastTok[id] = t
 	case gpuworker.EventFinished:
 		o.OK = true
 		o.OutputTokens = ev.Tokens
 		o.E2E = time.Duration(t - s.arrival[id])
 		s.finished = max(s.finished, t)
+		if !s.isBatch(id) {
+			s.finishedTrace = max(s.finishedTrace, t)
+		}
 		s.release(id)
 	}
 }
 
 // result assembles the Result after the loop.
 func (s *sim) result() *Result {
-	end := s.finished
-	if n := len(s.arrival); n > 0 {
-		end = max(end, s.arrival[n-1])
-	}
+	end := s.finishedTrace
 	var start int64
-	if len(s.arrival) > 0 {
+	if n := s.ntrace; n > 0 {
+		end = max(end, s.arrival[n-1])
 		start = s.arrival[0]
 	}
 	elapsed := time.Duration(end - start)
-	res := &Result{Requests: s.out, ITL: s.itl, Elapsed: elapsed, Workers: make([]WorkerStats, len(s.engines))}
+	// Utilization is over the whole run, the batch's lines included.
+	span := elapsed
+	res := &Result{Requests: s.out[:s.ntrace], ITL: s.itl, Elapsed: elapsed, Workers: make([]WorkerStats, len(s.engines))}
+	if s.batch != nil {
+		res.Batch = s.batch.result()
+		if s.ntrace == 0 {
+			start = int64(res.Batch.Start)
+		}
+		span = time.Duration(max(end, int64(res.Batch.End)) - start)
+	}
 	if s.limits != nil {
 		res.Tenants = s.limits.stats
 	}
@@ -515,8 +571,8 @@ func (s *sim) result() *Result {
 		if s.adm != nil {
 			ws.Budget, ws.PeakInFlight = s.adm.budget[w], s.adm.peak[w]
 		}
-		if elapsed > 0 {
-			ws.Utilization = float64(ws.Busy) / float64(elapsed)
+		if span > 0 {
+			ws.Utilization = float64(ws.Busy) / float64(span)
 		}
 		res.Workers[w] = ws
 	}

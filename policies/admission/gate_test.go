@@ -230,3 +230,108 @@ func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
 		tk.Release()
 	}
 }
+
+// While an endpoint has another class's requests in flight, a flex request
+// binds only if the prefill pending there, its own included, takes at most
+// FlexPrefill at the endpoint's measured rate; once the others are gone it
+// binds by the budget alone.
+func TestFlexKeepsToWhatOtherClassesLeave(t *testing.T) {
+	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
+	require.NoError(t, err)
+	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+	require.NoError(t, err)
+	rr, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := admission.NewGate(pool, rr, admission.Options{
+		Budget: func(*backends.Endpoint) int { return 10 }, KVMax: -1, FlexPrefill: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	e.ObservePrefill(0, 1000, time.Second) // 1,000 prompt tokens/s: 100 tokens fit in 100ms
+	ctx := context.Background()
+	flex := func(prompt int) admission.Request {
+		r := req(admission.Flex, "batch")
+		r.Routing = &policies.Request{Model: "m", PromptTokens: prompt}
+		return r
+	}
+
+	alone, err := g.Admit(ctx, flex(5000))
+	require.NoError(t, err, "no other class in flight: the budget alone")
+	alone.Release()
+
+	interactive, err := g.Admit(ctx, req(admission.Default, "user"))
+	require.NoError(t, err)
+	small, err := g.Admit(ctx, flex(80))
+	require.NoError(t, err, "80 tokens take 80ms: within the bound")
+	e.BeginPrefill(80) // as the router does once it sends it
+	big := queued(t, g, ctx, flex(50))
+	assert.Equal(t, 1, g.Waiting(), "80 pending plus 50 is past 100 tokens: it waits")
+
+	e.EndPrefill(80) // the small one's first token: 50 now fits, seen at the next look
+	got := <-big
+	require.NoError(t, got.err)
+	got.t.Release()
+	small.Release()
+
+	e.BeginPrefill(90)
+	waiting := queued(t, g, ctx, flex(50))
+	interactive.Release() // no other class left: flex binds by the budget
+	got = <-waiting
+	require.NoError(t, got.err)
+	got.t.Release()
+	e.EndPrefill(90)
+}
+
+// A flex request whose prompt fits no endpoint's flex bound is set aside,
+// so a smaller one behind it goes first; it binds once the endpoint takes
+// it, leaves at once when its client goes, and counts as waiting.
+func TestFlexTooLongForNowIsSetAside(t *testing.T) {
+	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
+	require.NoError(t, err)
+	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+	require.NoError(t, err)
+	rr, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := admission.NewGate(pool, rr, admission.Options{
+		Budget: func(*backends.Endpoint) int { return 10 }, KVMax: -1, FlexPrefill: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	e.ObservePrefill(0, 1000, time.Second) // 100 tokens fit in 100ms
+	ctx := context.Background()
+	flex := func(prompt int) admission.Request {
+		r := req(admission.Flex, "batch")
+		r.Routing = &policies.Request{Model: "m", PromptTokens: prompt}
+		return r
+	}
+	interactive, err := g.Admit(ctx, req(admission.Default, "user"))
+	require.NoError(t, err)
+	// The budget full, so the flex requests queue before any dispatch.
+	holder := make([]*admission.Ticket, 0, 9)
+	for range 9 {
+		tk, err := g.Admit(ctx, req(admission.Default, "user"))
+		require.NoError(t, err)
+		holder = append(holder, tk)
+	}
+	big := queued(t, g, ctx, flex(500))
+	gone, cancel := context.WithCancel(ctx)
+	bigger := queued(t, g, gone, flex(900))
+	small := queued(t, g, ctx, flex(50))
+	holder[0].Release() // a slot: the big ones do not fit the flex bound, the small one does
+	got := <-small
+	require.NoError(t, got.err, "the small one went past the big ones")
+	assert.Equal(t, 2, g.Waiting(), "the big ones wait, set aside")
+	assert.Equal(t, 2, g.Stats()[admission.Flex].Waiting)
+
+	cancel()
+	require.ErrorIs(t, (<-bigger).err, context.Canceled)
+	assert.Equal(t, 1, g.Waiting(), "a client that leaves is out at once")
+
+	interactive.Release()
+	for _, tk := range holder[1:] {
+		tk.Release()
+	}
+	got2 := <-big
+	require.NoError(t, got2.err, "no other class in flight: it binds")
+	got.t.Release()
+	got2.t.Release()
+	assert.Zero(t, g.Waiting())
+}

@@ -31,6 +31,7 @@ func (g *Gate) Stats() [NumClasses]ClassStats {
 	for c := range out {
 		out[c].Waiting = g.q.ClassLen(Class(c))
 	}
+	out[Flex].Waiting += len(g.aside)
 	g.mu.Unlock()
 	for c := range out {
 		k := &g.counts[c]
