@@ -32,11 +32,13 @@
 # minus the interactive offered rate).
 #
 # Builds nothing: run `make build` first. Knobs (environment): H100S=2 L4S=2
-# SPEEDUP=2 LOAD=0.6 DURATION=240 (simulated seconds of interactive load)
-# N=2000 CONCURRENCY=64 (batch.concurrency) RUNS="batch-alone alone batch
+# SPEEDUP=2 LOAD=0.6 DURATION=480 (simulated seconds of interactive load:
+# the whole trace at 0.6) N=20000 CONCURRENCY=512 (batch.concurrency)
+# FLEX_PREFILL= (admission.flex_prefill; empty = Sluice's default, -1ms =
+# off) RUNS="batch-alone alone batch
 # ordinary" TRACE=<azure code trace> BASE_PORT=19800 (workers BASE_PORT..,
 # Sluice BASE_PORT-1) BIN=bin GOODPUT_TTFT=1s GOODPUT_TPOT=100ms
-# BATCH_TIMEOUT=900 (wall seconds a batch may run) PENDING=0
+# BATCH_TIMEOUT=1800 (wall seconds a batch may run) PENDING=0
 # (admission.max_pending_prompt_tokens; 0 = off) KEEP=1 (keep the files)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,15 +49,16 @@ H100S=${H100S:-2}
 L4S=${L4S:-2}
 SPEEDUP=${SPEEDUP:-2}
 LOAD=${LOAD:-0.6}
-DURATION=${DURATION:-240}
-N=${N:-2000}
-CONCURRENCY=${CONCURRENCY:-64}
+DURATION=${DURATION:-480}
+N=${N:-20000}
+CONCURRENCY=${CONCURRENCY:-512}
+FLEX_PREFILL=${FLEX_PREFILL:-}
 RUNS=${RUNS:-batch-alone alone batch ordinary}
 TRACE=${TRACE:-../shared/workloads/azure_llm_2023_code.csv}
 BASE_PORT=${BASE_PORT:-19800}
 GOODPUT_TTFT=${GOODPUT_TTFT:-1s}
 GOODPUT_TPOT=${GOODPUT_TPOT:-100ms}
-BATCH_TIMEOUT=${BATCH_TIMEOUT:-900}
+BATCH_TIMEOUT=${BATCH_TIMEOUT:-1800}
 PENDING=${PENDING:-0}
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
@@ -91,27 +94,11 @@ L4_BUDGET=$(sed -n 's/.*l4-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
 INTERACTIVE_KEY=sk-bench-interactive-$$
 BATCH_KEY=sk-bench-batch-$$
 
-# The batch: N rows of the trace drawn with a fixed seed; batch.jsonl for
-# the Batch API and batch.csv (the same rows, Azure format) for the
-# ordinary run.
-python3 - "$TRACE" "$N" "$MODEL" "$tmp" <<'PY'
-import csv, json, random, sys
-trace, n, model, d = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-rows = list(csv.DictReader(open(trace)))
-rng = random.Random(7)
-pick = [rows[rng.randrange(len(rows))] for _ in range(n)]
-with open(f"{d}/batch.jsonl", "w") as jl, open(f"{d}/batch.csv", "w") as cs:
-    cs.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
-    for i, r in enumerate(pick):
-        ctx, gen = max(5, int(r["ContextTokens"])), max(1, int(r["GeneratedTokens"]))
-        # gpuworker counts a chat prompt as bytes/4 plus 4 per message.
-        text = rng.randbytes((ctx - 4) * 2).hex()
-        body = {"model": model, "messages": [{"role": "user", "content": text}],
-                "max_tokens": gen, "ignore_eos": True}
-        jl.write(json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions",
-                             "body": body}, separators=(",", ":")) + "\n")
-        cs.write(f"2023-11-16 00:{i // 6000 % 60:02d}:{i // 100 % 60:02d}.{i % 100:02d}00000,{ctx},{gen}\n")
-PY
+# The batch: N rows of the trace drawn with a fixed seed (sluice-bench
+# batch-file); batch.jsonl for the Batch API and batch.csv (the same rows,
+# Azure format) for the ordinary run.
+"$BIN/sluice-bench" batch-file --trace "$TRACE" --lines "$N" --seed 7 --model "$MODEL" \
+	--out "$tmp/batch.jsonl" --csv "$tmp/batch.csv"
 
 config() { # data dir
 	cat <<EOF
@@ -140,6 +127,7 @@ models:
     admission:
       max_in_flight_per_backend: $H100_BUDGET
       max_pending_prompt_tokens: $PENDING
+$([ -n "$FLEX_PREFILL" ] && echo "      flex_prefill: $FLEX_PREFILL")
     backends:
 EOF
 	local port=$BASE_PORT
@@ -260,7 +248,7 @@ for r in $RUNS; do
 done
 
 echo "fleet $FLEET at speedup $SPEEDUP (figures in simulated time); admission budgets h100 $H100_BUDGET, l4 $L4_BUDGET;" \
-	"batch.concurrency $CONCURRENCY; max_pending_prompt_tokens $PENDING"
+	"batch.concurrency $CONCURRENCY; max_pending_prompt_tokens $PENDING; flex_prefill ${FLEX_PREFILL:-default}"
 echo "interactive: $(basename "$TRACE") at --load $LOAD for ${DURATION}s, streamed; batch: $N chat requests drawn from the trace"
 echo
 python3 - "$tmp" "$SPEEDUP" "$RUNS" <<'PY'
@@ -398,6 +386,16 @@ if batch_alone_rps is not None and offered is not None:
         if r["run"] in ("batch", "ordinary") and r.get("bwin") is not None and spare > 0:
             print(f"  {r['run']}: batch output in the interactive window {r['bwin']:.0f} tok/s = "
                   f"{r['bwin'] / (spare * mean_out):.2f}x the measured spare")
+    if cap:
+        # As "simulate --batch" counts it: the fleet's throughput for the
+        # batch times the share of capacity the interactive load leaves.
+        spare2 = batch_alone_rps * max(0.0, 1 - offered / cap)
+        print(f"spare throughput, as simulate --batch counts it: batch alone {batch_alone_rps:.2f} req/s x (1 - {offered / cap:.2f})"
+              f" = {spare2:.2f} req/s = {spare2 * mean_out:.0f} output tok/s")
+        for r in rows:
+            if r["run"] in ("batch", "ordinary") and r.get("bwin") is not None and spare2 > 0:
+                print(f"  {r['run']}: {r['bwin'] / (spare2 * mean_out):.2f}x that spare in the interactive window;"
+                      f" over the whole batch {r.get('brps', 0) / batch_alone_rps:.2f}x the batch-alone rate")
 for n in notes:
     print("note: " + n)
 PY

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"time"
 
 	"github.com/sluice-llm/sluice/gpuworker"
 )
@@ -25,8 +26,9 @@ func batchFileCmd(_ context.Context, args []string, stdout, stderr io.Writer) in
 	seed := fs.Uint64("seed", 7, "seed of the draw and of the prompts' text")
 	model := fs.String("model", "bench-model", "the lines' model")
 	out := fs.String("out", "", "write to this `file` instead of standard output")
+	csvOut := fs.String("csv", "", "also write the same rows to this `file` as an Azure trace (10 ms apart), for sending them as ordinary traffic with \"load --trace\"")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: sluice-bench batch-file --trace FILE [--lines N] [--seed S] [--model M] [--out FILE]
+		fmt.Fprint(fs.Output(), `Usage: sluice-bench batch-file --trace FILE [--lines N] [--seed S] [--model M] [--out FILE] [--csv FILE]
 
 Writes a Batch API input file (JSONL {custom_id, method, url, body}) of N
 chat requests whose prompt and output sizes are rows of the trace drawn at
@@ -65,6 +67,17 @@ Flags:
 		w = f
 	}
 	bw := bufio.NewWriterSize(w, 1<<20)
+	var cw *bufio.Writer
+	if *csvOut != "" {
+		f, err := os.Create(*csvOut)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice-bench batch-file: %v\n", err)
+			return exitError
+		}
+		defer f.Close()
+		cw = bufio.NewWriter(f)
+		fmt.Fprintln(cw, "TIMESTAMP,ContextTokens,GeneratedTokens")
+	}
 	rng := rand.New(rand.NewPCG(*seed, 0xba7c4))
 	type message struct {
 		Role    string `json:"role"`
@@ -98,6 +111,16 @@ Flags:
 		l := line{CustomID: fmt.Sprintf("req-%d", i), Method: "POST", URL: "/v1/chat/completions",
 			Body: body{Model: *model, Messages: []message{{Role: "user", Content: hex.EncodeToString(raw)}}, MaxTokens: max(1, r.OutputTokens), IgnoreEOS: true}}
 		if err := enc.Encode(l); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench batch-file: %v\n", err)
+			return exitError
+		}
+		if cw != nil {
+			at := time.Date(2023, 11, 16, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 10 * time.Millisecond)
+			fmt.Fprintf(cw, "%s,%d,%d\n", at.Format("2006-01-02 15:04:05.0000000"), max(gpuworker.ChatTokensPerMessage+1, r.PromptTokens), l.Body.MaxTokens)
+		}
+	}
+	if cw != nil {
+		if err := cw.Flush(); err != nil {
 			fmt.Fprintf(stderr, "sluice-bench batch-file: %v\n", err)
 			return exitError
 		}
