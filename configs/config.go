@@ -202,13 +202,13 @@ type Admission struct {
 	// to about the engine's step token budget (vLLM's
 	// max_num_batched_tokens). Default 0: off.
 	MaxPendingPromptTokens int64 `yaml:"max_pending_prompt_tokens"`
-	// FlexPrefill keeps flex work (batches) in what the other classes
-	// leave: while a backend has requests of another class in flight from
-	// this replica, it takes a flex request only if the prompt tokens
-	// awaiting prefill there, the request's included, would take at most
-	// this at the backend's measured prefill rate. Default 50ms; a
-	// negative duration turns it off.
-	FlexPrefill Duration `yaml:"flex_prefill"`
+	// BatchPrefill keeps Batch API lines in what other requests leave:
+	// while a backend has other requests in flight from this replica, it
+	// takes a batch line only if the prompt tokens awaiting prefill there,
+	// the line's included, would take at most this at the backend's
+	// measured prefill rate. Default 50ms; a negative duration turns it
+	// off.
+	BatchPrefill Duration `yaml:"batch_prefill"`
 	// Replicas is how many Sluice replicas share the budgets through
 	// limits.redis_url. While Redis fails, each replica admits up to
 	// budget / replicas on its own. Default 1.

@@ -16,9 +16,9 @@ const (
 	DefaultScrapeInterval        = 100 * time.Millisecond
 	DefaultScrapePath            = "/metrics"
 	DefaultAdmissionQueueSize    = 1024
-	// DefaultFlexPrefill is admission.flex_prefill's default, as
-	// admission.DefaultFlexPrefill.
-	DefaultFlexPrefill = 50 * time.Millisecond
+	// DefaultBatchPrefill is admission.batch_prefill's default, as
+	// admission.DefaultBatchPrefill.
+	DefaultBatchPrefill = 50 * time.Millisecond
 	// MinScrapeInterval is the shortest scrape interval allowed.
 	MinScrapeInterval = 10 * time.Millisecond
 	DefaultMaxTokens  = 1024
@@ -58,8 +58,8 @@ func (c *Config) ApplyDefaults() {
 		if a.KVMax == 0 {
 			a.KVMax = 0.95
 		}
-		if a.FlexPrefill == 0 {
-			a.FlexPrefill = Duration(DefaultFlexPrefill)
+		if a.BatchPrefill == 0 {
+			a.BatchPrefill = Duration(DefaultBatchPrefill)
 		}
 		if a.MaxWait == nil {
 			a.MaxWait = map[string]Duration{}

@@ -34,7 +34,7 @@
 # Builds nothing: run `make build` first. Knobs (environment): H100S=2 L4S=2
 # SPEEDUP=2 LOAD=0.6 DURATION=480 (simulated seconds of interactive load:
 # the whole trace at 0.6) N=20000 CONCURRENCY=512 (batch.concurrency)
-# FLEX_PREFILL= (admission.flex_prefill; empty = Sluice's default, -1ms =
+# BATCH_PREFILL= (admission.batch_prefill; empty = Sluice's default, -1ms =
 # off) RUNS="batch-alone alone batch
 # ordinary" TRACE=<azure code trace> BASE_PORT=19800 (workers BASE_PORT..,
 # Sluice BASE_PORT-1) BIN=bin GOODPUT_TTFT=1s GOODPUT_TPOT=100ms
@@ -52,7 +52,7 @@ LOAD=${LOAD:-0.6}
 DURATION=${DURATION:-480}
 N=${N:-20000}
 CONCURRENCY=${CONCURRENCY:-512}
-FLEX_PREFILL=${FLEX_PREFILL:-}
+BATCH_PREFILL=${BATCH_PREFILL:-}
 RUNS=${RUNS:-batch-alone alone batch ordinary}
 TRACE=${TRACE:-../shared/workloads/azure_llm_2023_code.csv}
 BASE_PORT=${BASE_PORT:-19800}
@@ -127,7 +127,7 @@ models:
     admission:
       max_in_flight_per_backend: $H100_BUDGET
       max_pending_prompt_tokens: $PENDING
-$([ -n "$FLEX_PREFILL" ] && echo "      flex_prefill: $FLEX_PREFILL")
+$([ -n "$BATCH_PREFILL" ] && echo "      batch_prefill: $BATCH_PREFILL")
     backends:
 EOF
 	local port=$BASE_PORT
@@ -248,7 +248,7 @@ for r in $RUNS; do
 done
 
 echo "fleet $FLEET at speedup $SPEEDUP (figures in simulated time); admission budgets h100 $H100_BUDGET, l4 $L4_BUDGET;" \
-	"batch.concurrency $CONCURRENCY; max_pending_prompt_tokens $PENDING; flex_prefill ${FLEX_PREFILL:-default}"
+	"batch.concurrency $CONCURRENCY; max_pending_prompt_tokens $PENDING; batch_prefill ${BATCH_PREFILL:-default}"
 echo "interactive: $(basename "$TRACE") at --load $LOAD for ${DURATION}s, streamed; batch: $N chat requests drawn from the trace"
 echo
 python3 - "$tmp" "$SPEEDUP" "$RUNS" <<'PY'

@@ -214,7 +214,7 @@ func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, cla
 	if rte.Gate == nil {
 		return nil, nil
 	}
-	ar := admission.Request{Class: class, Tokens: preq.ExpectedTokens(), Routing: preq, Weight: 1}
+	ar := admission.Request{Class: class, Tokens: preq.ExpectedTokens(), Routing: preq, Weight: 1, Batch: admission.IsBatch(r.Context())}
 	if t != nil {
 		ar.Tenant, ar.TierPriority, ar.Weight = t.Name, t.Priority, float64(max(t.Weight, 1))
 	}

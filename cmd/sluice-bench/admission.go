@@ -24,7 +24,7 @@ type admissionFlags struct {
 	prefill  float64
 	detour   time.Duration
 	kvMax    float64
-	flexPre  time.Duration
+	batchPre time.Duration
 
 	waits      [admission.NumClasses]time.Duration // parsed --max-wait
 	budgetAll  int                                 // --budget N
@@ -38,7 +38,7 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&a.prefill, "prefill-steps", 0, "with --admission, a worker has room only while the prompt tokens bound to it and not yet prefilled are fewer than this many of its steps' token budgets (default 1, as the reference binds; negative = no such bound, the budget alone)")
 	fs.DurationVar(&a.detour, "max-detour", 0, "with --admission, a worker takes the next request only if the request's estimated time to first token there is within this of its best estimate on any worker; otherwise the request waits for one that suits it and later ones may go ahead (default 1s; negative = off)")
 	fs.Float64Var(&a.kvMax, "kv-max", 0, "with --admission, the scraped KV-cache use (0..1) at which a busy worker takes no more requests (default 0.95; negative = off)")
-	fs.DurationVar(&a.flexPre, "flex-prefill", 0, "with --admission, a worker takes a flex request only while the prompts bound to it and not yet prefilled would take less than this at its prefill rate, so flex work (batches) stays in what interactive traffic leaves (default 100ms; negative = off)")
+	fs.DurationVar(&a.batchPre, "batch-prefill", 0, "with --admission and --batch, while a worker has other requests in flight it takes a batch line only if the prompts bound to it and not yet prefilled, the line's included, take at most this at its prefill rate, so the batch stays in what the other requests leave (default 50ms; negative = off)")
 	fs.IntVar(&a.queueMax, "queue-max", 0, "with --admission, the most requests that may wait; a full queue sheds flex first (default 100000)")
 }
 
@@ -107,7 +107,7 @@ func (a *admissionFlags) options(spec fleet.Spec, reqs []workload.Request) *flee
 	if !a.admit {
 		return nil
 	}
-	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, MaxDetour: a.detour, KVMax: a.kvMax, FlexPrefill: a.flexPre}
+	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, MaxDetour: a.detour, KVMax: a.kvMax, BatchPrefill: a.batchPre}
 	if a.budgetAll > 0 || a.budgetByPr != nil {
 		for _, g := range spec {
 			n := a.budgetAll

@@ -311,7 +311,7 @@ func batchRuns(opts fleet.Options, newPickers func() ([]policies.Picker, error),
 		a.Budget = fleet.DefaultBudgets(spec, reqs)
 	}
 	a.MaxWait[admission.Flex] = -1
-	a.FlexPrefill = -1 // the fleet's whole throughput, not what flex may take
+	a.BatchPrefill = -1 // the fleet's whole throughput, not what the bound leaves
 	aloneOpts := opts
 	aloneOpts.Admission = &a
 	aloneOpts.Classes, aloneOpts.TenantOf = nil, nil

@@ -89,15 +89,18 @@ type Admission struct {
 	// means DefaultKVMax; negative turns it off. Without scraping
 	// (Options.ScrapeInterval < 0) there is nothing to read and it is off.
 	KVMax float64
-	// FlexPrefill keeps flex work (batches) to what interactive traffic
-	// leaves: a worker takes a flex request only while the prompt tokens
-	// bound to it and not yet prefilled would take less than this at its
-	// profile's prefill rate (an idle one always takes one). Every engine
-	// step then holds at most about this much flex prefill, so the steps
-	// interactive requests share with batch work stay short. Zero means
-	// DefaultFlexPrefill; negative turns it off, leaving flex the room
-	// rules of every class.
-	FlexPrefill time.Duration
+	// BatchPrefill keeps the batch's lines (Options.Batch) to what the
+	// other requests leave: while a worker has other requests in flight,
+	// it takes a batch line only if the prompt tokens bound to it and not
+	// yet prefilled, the line's included, would take at most this at its
+	// profile's prefill rate; a worker with only batch lines in flight
+	// takes more by the other rules. Every engine step then holds about
+	// this much batch prefill at most, so the steps other requests share
+	// with batch work stay short. A line too long for every worker's
+	// bound is set aside (up to maxBatchAside) so later ones may go
+	// first. Zero means DefaultBatchPrefill; negative turns it off,
+	// leaving batch lines the room rules of their class.
+	BatchPrefill time.Duration
 }
 
 // DefaultMaxWait is each class's longest wait by default: half a minute
@@ -118,7 +121,7 @@ const DefaultPrefillSteps = 1.0
 // DefaultKVMax is the default Admission.KVMax.
 const DefaultKVMax = 0.95
 
-// DefaultFlexPrefill is the default Admission.FlexPrefill, the live
+// DefaultBatchPrefill is the default Admission.BatchPrefill, the live
 // gate's. Swept on the Azure code trace at 0.6 load (2xH100 + 2xL4, a
 // 20,000-line batch drawn from the trace): 25ms, 50ms and 100ms kept the
 // trace's p50 and p99 time to first token within 3% of their values
@@ -128,8 +131,8 @@ const DefaultKVMax = 0.95
 // spare and goodput fell to 0.01 of its value: flex prompts filled every
 // engine step, so no interactive token came within 100ms. On decode-heavy
 // work (512/128 tokens) the bound does less: the batch's decodes lengthen
-// every step (TestFlexPrefillConfinesTheBatch).
-const DefaultFlexPrefill = admission.DefaultFlexPrefill
+// every step (TestBatchPrefillConfinesTheBatch).
+const DefaultBatchPrefill = admission.DefaultBatchPrefill
 
 // DefaultMaxDetour is the default Admission.MaxDetour. On the Azure trace
 // (seeds 0 and 1) it kept every prompt over 5,000 tokens off the L4s at
@@ -143,10 +146,10 @@ const DefaultMaxDetour = time.Second
 // reached, the queue's next request takes whatever worker has room.
 const maxAside = 64
 
-// maxFlexAside bounds the flex requests set aside because their prompts
-// fit no worker's flex bound (Admission.FlexPrefill), as the live gate's
-// admission.MaxFlexAside.
-const maxFlexAside = admission.MaxFlexAside
+// maxBatchAside bounds the batch lines set aside because their prompts
+// fit no worker's bound (Admission.BatchPrefill), as the live gate's
+// admission.MaxBatchAside.
+const maxBatchAside = admission.MaxBatchAside
 
 // DefaultQueueMax is the default bound on waiting requests.
 const DefaultQueueMax = 100_000
@@ -251,11 +254,11 @@ type gate struct {
 	detour float64
 	aside  []int
 	kvMax  float64 // < 0: off
-	// flexMax is each worker's bound on pending prompt tokens for a flex
-	// request to bind (FlexPrefill at its prefill rate); nil: off.
-	flexMax []int64
-	// others counts each worker's requests in flight of the other
-	// classes: the flex bound holds only while it is positive.
+	// batchMax is each worker's bound on pending prompt tokens for a
+	// batch line to bind (BatchPrefill at its prefill rate); nil: off.
+	batchMax []int64
+	// others counts each worker's requests in flight that are not batch
+	// lines: the batch bound holds only while it is positive.
 	others []int
 
 	stats    AdmissionStats
@@ -325,10 +328,10 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 			g.rate[w] = float64(p.MaxBatchedTokens) / d.Seconds()
 		}
 	}
-	if fp := cmp.Or(a.FlexPrefill, DefaultFlexPrefill); fp > 0 {
-		g.flexMax, g.others = make([]int64, n), make([]int, n)
-		for w := range g.flexMax {
-			g.flexMax[w] = int64(math.Min(g.rate[w]*fp.Seconds(), math.MaxInt32))
+	if bp := cmp.Or(a.BatchPrefill, DefaultBatchPrefill); bp > 0 && s.batch != nil && s.confined(s.batch.first) {
+		g.batchMax, g.others = make([]int64, n), make([]int, n)
+		for w := range g.batchMax {
+			g.batchMax[w] = int64(math.Min(g.rate[w]*bp.Seconds(), math.MaxInt32))
 		}
 	}
 	qmax := a.QueueMax
@@ -395,24 +398,27 @@ func (g *gate) track(now int64) {
 func (g *gate) dispatch(now int64, self int) error {
 	g.expire(now)
 	g.touched = g.touched[:0]
-	for g.anyRoom(admission.Priority) {
+	for g.anyRoom(false) {
 		id := g.nextAside()
 		if id < 0 {
 			it := g.q.Peek()
-			if it == nil || !g.anyRoom(it.Class) {
+			if it == nil {
 				break
 			}
 			id = it.Value.(int)
-			// A flex request no worker has room for (its prompt past
-			// every flex bound) is set aside, up to maxFlexAside, for
-			// the flex requests behind it; past that it waits at the
-			// head, as the live gate does.
-			flexOut := it.Class == admission.Flex && !g.fitsAny(id)
-			if flexOut && len(g.aside) >= maxFlexAside {
+			if !g.anyRoom(g.s.confined(id)) {
+				break
+			}
+			// A batch line no worker has room for (its prompt past every
+			// batch bound) is set aside, up to maxBatchAside, for the
+			// requests behind it; past that it waits at the head, as the
+			// live gate does.
+			batchOut := g.s.confined(id) && !g.fitsAny(id)
+			if batchOut && len(g.aside) >= maxBatchAside {
 				break
 			}
 			g.q.Pop()
-			if (len(g.aside) < maxAside || flexOut) && !g.suited(id) {
+			if (len(g.aside) < maxAside || batchOut) && !g.suited(id) {
 				g.aside = append(g.aside, id)
 				continue
 			}
@@ -477,7 +483,7 @@ func (g *gate) bind(id int, now int64) (int, error) {
 	}
 	g.inFlight[w]++
 	g.peak[w] = max(g.peak[w], g.inFlight[w])
-	if g.others != nil && s.out[id].Class != admission.Flex {
+	if g.others != nil && !s.confined(id) {
 		g.others[w]++
 	}
 	g.pending[w] += int64(s.reqs[id].PromptTokens)
@@ -503,7 +509,7 @@ func (g *gate) release(id int) {
 	g.prefilled(id)
 	if w := g.s.out[id].Worker; w >= 0 {
 		g.inFlight[w]--
-		if g.others != nil && g.s.out[id].Class != admission.Flex {
+		if g.others != nil && !g.s.confined(id) {
 			g.others[w]--
 		}
 	}
@@ -533,15 +539,16 @@ func (g *gate) nextAside() int {
 	return found
 }
 
-// fits reports whether worker w has room for request id: room for its
-// class and, for flex, its own prompt within the flex bound (or w idle).
+// fits reports whether worker w has room for request id: room, and for a
+// batch line its own prompt within the batch bound (or no other request
+// on w).
 func (g *gate) fits(id, w int) bool {
-	c := g.s.out[id].Class
-	if !g.hasRoom(w, c) {
+	batch := g.s.confined(id)
+	if !g.hasRoom(w, batch) {
 		return false
 	}
-	return c != admission.Flex || g.flexMax == nil || g.others[w] == 0 ||
-		g.pending[w]+int64(g.s.reqs[id].PromptTokens) <= g.flexMax[w]
+	return !batch || g.batchMax == nil || g.others[w] == 0 ||
+		g.pending[w]+int64(g.s.reqs[id].PromptTokens) <= g.batchMax[w]
 }
 
 // fitsAny reports whether some worker has room for request id.
@@ -588,25 +595,27 @@ func (g *gate) best(id int) float64 {
 	return b
 }
 
-// anyRoom reports whether some worker has room for a request of class c.
-func (g *gate) anyRoom(c admission.Class) bool {
+// anyRoom reports whether some worker has room for a request (a batch
+// line, if batch).
+func (g *gate) anyRoom(batch bool) bool {
 	for w := range g.inFlight {
-		if g.hasRoom(w, c) {
+		if g.hasRoom(w, batch) {
 			return true
 		}
 	}
 	return false
 }
 
-// hasRoom reports whether worker w may take another request of class c:
-// it is below its budget and its prefill bound (for flex, the flex bound
-// too) and, unless idle, its last scraped KV use is below the bound.
-func (g *gate) hasRoom(w int, c admission.Class) bool {
+// hasRoom reports whether worker w may take another request (a batch
+// line, if batch): it is below its budget and its prefill bound (for a
+// batch line, the batch bound too) and, unless idle, its last scraped KV
+// use is below the bound.
+func (g *gate) hasRoom(w int, batch bool) bool {
 	n := g.inFlight[w]
 	if n >= g.budget[w] || g.pendingMax != nil && g.pending[w] >= g.pendingMax[w] {
 		return false
 	}
-	if c == admission.Flex && g.flexMax != nil && g.others[w] > 0 && g.pending[w] >= g.flexMax[w] {
+	if batch && g.batchMax != nil && g.others[w] > 0 && g.pending[w] >= g.batchMax[w] {
 		return false
 	}
 	if n == 0 || g.kvMax < 0 {

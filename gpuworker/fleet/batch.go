@@ -219,3 +219,8 @@ func (r *runner) result() *BatchResult {
 
 // isBatch reports whether request id is a batch line.
 func (s *sim) isBatch(id int) bool { return s.batch != nil && id >= s.batch.first }
+
+// confined reports whether request id is a batch line sent as the Batch
+// API sends it (flex), which Admission.BatchPrefill keeps to what the
+// other requests leave; lines sent as ordinary traffic are not.
+func (s *sim) confined(id int) bool { return s.isBatch(id) && s.out[id].Class == admission.Flex }

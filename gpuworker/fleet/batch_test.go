@@ -108,16 +108,16 @@ func TestBatchOptionsAreChecked(t *testing.T) {
 	assert.ErrorContains(t, err, "Concurrency")
 }
 
-// FlexPrefill confines the batch to what the workload leaves: without it
+// BatchPrefill confines the batch to what the workload leaves: without it
 // the workload's median time to first token and goodput suffer; with it
 // they stay near their values without the batch, and the batch still
 // finishes.
-func TestFlexPrefillConfinesTheBatch(t *testing.T) {
+func TestBatchPrefillConfinesTheBatch(t *testing.T) {
 	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")
 	reqs := synthetic(t, spec, 3000, 0.6, 5)
 	lines := batchLines(t, spec, 3000, 6)
 	run := func(fp time.Duration, b *Batch) *Result {
-		res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1), Admission: &Admission{FlexPrefill: fp}, Batch: b}, reqs)
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1), Admission: &Admission{BatchPrefill: fp}, Batch: b}, reqs)
 		require.NoError(t, err)
 		return res
 	}

@@ -240,15 +240,15 @@ func newSim(opts Options, reqs []workload.Request) (*sim, error) {
 		}
 		s.eps = append(s.eps, row)
 	}
+	if len(reqs) > ntrace {
+		s.batch = newRunner(s, ntrace)
+	}
 	if opts.Admission != nil {
 		g, err := newGate(s, opts.Admission)
 		if err != nil {
 			return nil, err
 		}
 		s.adm = g
-	}
-	if len(reqs) > ntrace {
-		s.batch = newRunner(s, ntrace)
 	}
 	return s, nil
 }

@@ -54,17 +54,17 @@ type Options struct {
 	// replica knows it) has no room; about one engine step's token budget
 	// binds a request only when its prefill can start soon. 0 turns it off.
 	MaxPendingPrompt func(*backends.Endpoint) int64
-	// FlexPrefill keeps flex work (batches) to what the other classes
-	// leave: while an endpoint has requests of other classes in flight
-	// through this gate, it takes a flex request only if the prompt tokens
+	// BatchPrefill keeps batch requests (Request.Batch) to what other
+	// work leaves: while an endpoint has other requests in flight through
+	// this gate, it takes a batch request only if the prompt tokens
 	// pending on it (PendingPromptTokens) plus the request's own would
 	// take at most this at its measured prefill rate
 	// (PrefillTokensPerSec; none before the first measurement). Engine
-	// steps shared with interactive requests then hold little flex
-	// prefill. An endpoint with no other class in flight takes flex by
-	// the other rules alone. Zero means DefaultFlexPrefill; negative
-	// turns it off.
-	FlexPrefill time.Duration
+	// steps shared with other requests then hold little batch prefill.
+	// An endpoint with only batch requests in flight takes more by the
+	// other rules alone. Zero means DefaultBatchPrefill; negative turns
+	// it off.
+	BatchPrefill time.Duration
 
 	// Shared, when set, shares the budgets and the order between classes
 	// with the other replicas that use the same store and Pool name: an
@@ -101,7 +101,19 @@ type Request struct {
 	Tokens int64
 	// Routing is what the pool's Picker gets when the request is bound.
 	Routing *policies.Request
+	// Batch marks a Batch API line: it runs only in what other work
+	// leaves (Options.BatchPrefill). The router sets it from the
+	// request's context (WithBatch).
+	Batch bool
 }
+
+type batchKey struct{}
+
+// WithBatch marks ctx's request as a Batch API line (Request.Batch).
+func WithBatch(ctx context.Context) context.Context { return context.WithValue(ctx, batchKey{}, true) }
+
+// IsBatch reports whether WithBatch marked ctx.
+func IsBatch(ctx context.Context) bool { v, _ := ctx.Value(batchKey{}).(bool); return v }
 
 // Gate is one pool's admission queue with late binding: a request is bound
 // to an endpoint (by the pool's Picker, over the endpoints with room) only
@@ -113,12 +125,12 @@ type Gate struct {
 
 	mu sync.Mutex
 	q  *Queue
-	// aside holds flex waiters taken off the queue because their prompts
-	// fit no endpoint's FlexPrefill bound, oldest first, at most
-	// MaxFlexAside, so the flex requests behind them may go first.
+	// aside holds batch waiters taken off the queue because their prompts
+	// fit no endpoint's BatchPrefill bound, oldest first, at most
+	// MaxBatchAside, so the requests behind them may go first.
 	aside   []*waiter
 	granted map[*backends.Endpoint]int
-	others  map[*backends.Endpoint]int       // granted, less flex
+	others  map[*backends.Endpoint]int       // granted, less batch requests
 	full    map[*backends.Endpoint]time.Time // shared store said full, until
 	scratch []*backends.Endpoint
 	// orphans are leases whose Acquire failed (a deadline, say) after the
@@ -158,8 +170,8 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 	if o.Replicas < 1 {
 		o.Replicas = 1
 	}
-	if o.FlexPrefill == 0 {
-		o.FlexPrefill = DefaultFlexPrefill
+	if o.BatchPrefill == 0 {
+		o.BatchPrefill = DefaultBatchPrefill
 	}
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -176,6 +188,7 @@ type Ticket struct {
 	ep       *backends.Endpoint
 	lease    string // in the shared store; "" when none was taken
 	class    Class
+	batch    bool
 	waited   time.Duration
 	released bool
 }
@@ -209,14 +222,14 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	start := g.now()
 	g.mu.Lock()
 	if g.q.Len() == 0 {
-		ep, lease, err := g.bindLocked(ctx, r.Routing, nil, r.Class)
+		ep, lease, err := g.bindLocked(ctx, r.Routing, nil, r.Class, r.Batch)
 		if ep != nil || !errors.Is(err, ErrNoRoom) {
 			g.mu.Unlock()
 			if err != nil {
 				return nil, err
 			}
 			g.admitted(r.Class, 0)
-			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class}, nil
+			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class, batch: r.Batch}, nil
 		}
 	}
 	w := &waiter{r: r, ready: make(chan result, 1)}
@@ -242,7 +255,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	// Room that frees without a release here (another replica's, a KV cache
 	// draining, a prefill done) is seen by looking again every Patience.
 	var poll <-chan time.Time
-	if g.o.Shared != nil || g.o.KVMax > 0 || g.o.MaxPendingPrompt != nil || g.o.FlexPrefill > 0 {
+	if g.o.Shared != nil || g.o.KVMax > 0 || g.o.MaxPendingPrompt != nil || g.o.BatchPrefill > 0 {
 		tick := time.NewTicker(g.o.Patience)
 		defer tick.Stop()
 		poll = tick.C
@@ -258,7 +271,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 			g.mu.Unlock()
 		case <-ctx.Done():
 			if res, ok := g.leave(w); ok && res.ep != nil {
-				g.release(res.ep, res.lease, r.Class) // bound as the client left: give the slot back
+				g.release(res.ep, res.lease, r.Batch) // bound as the client left: give the slot back
 			}
 			return nil, ctx.Err()
 		case <-timer.C:
@@ -274,7 +287,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	}
 	waited := g.now().Sub(start)
 	g.admitted(r.Class, waited)
-	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, waited: waited}, nil
+	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, batch: r.Batch, waited: waited}, nil
 }
 
 // shared runs one shared-store call with a short deadline, reporting a
@@ -328,7 +341,7 @@ func (g *Gate) shedError(c Class, reason string) *ShedError {
 // bindLocked picks an endpoint with room (not in exclude) for routing,
 // takes its slot (in the shared store too, when there is one) and returns
 // it with the lease; ErrNoRoom when none has room.
-func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclude []*backends.Endpoint, class Class) (*backends.Endpoint, string, error) {
+func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclude []*backends.Endpoint, class Class, batch bool) (*backends.Endpoint, string, error) {
 	now := g.now()
 	// Available may return the pool's own slice: never write into it.
 	avail := g.pool.Available(nil, now)
@@ -343,7 +356,7 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 			}
 			delete(g.full, e)
 		}
-		if g.hasRoom(e) && g.flexFits(e, class, routing) && !contains(exclude, e) {
+		if g.hasRoom(e) && g.batchFits(e, batch, routing) && !contains(exclude, e) {
 			room = append(room, e)
 		}
 	}
@@ -379,37 +392,33 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 		}
 	}
 	g.granted[ep]++
-	if class != Flex {
+	if !batch {
 		g.others[ep]++
 	}
 	return ep, lease, nil
 }
 
-// DefaultFlexPrefill is Options.FlexPrefill's default. In the simulator
-// (sluice-bench simulate --batch, Azure code trace at 0.6 load, 2xH100 +
-// 2xL4, a 20,000-line batch) 50ms kept interactive p50 and p99 time to
-// first token within 3% of their values without the batch while the batch
-// took 0.86 of the spare throughput; 25ms 0.80; with no bound the batch
-// took 1.13 and interactive goodput fell to 1% of its value.
-const DefaultFlexPrefill = 50 * time.Millisecond
+// DefaultBatchPrefill is Options.BatchPrefill's default; the simulator's
+// sweep behind it is fleet.DefaultBatchPrefill's comment.
+const DefaultBatchPrefill = 50 * time.Millisecond
 
-// MaxFlexAside bounds the flex requests a Gate sets aside because their
-// prompts fit no endpoint's FlexPrefill bound, so the flex requests behind
-// them may go first; beyond it the queue's next flex request waits at the
-// head. They count toward no QueueSize.
-const MaxFlexAside = 256
+// MaxBatchAside bounds the batch requests a Gate sets aside because their
+// prompts fit no endpoint's BatchPrefill bound, so the requests behind
+// them may go first; beyond it the queue's next batch request waits at
+// the head. They count toward no QueueSize.
+const MaxBatchAside = 256
 
-// flexFits reports whether e may take a flex request by the FlexPrefill
-// rule (always for the other classes).
-func (g *Gate) flexFits(e *backends.Endpoint, class Class, routing *policies.Request) bool {
-	if class != Flex || g.o.FlexPrefill < 0 || g.others[e] == 0 {
+// batchFits reports whether e may take a request by the BatchPrefill rule
+// (always for a request that is not a batch request).
+func (g *Gate) batchFits(e *backends.Endpoint, batch bool, routing *policies.Request) bool {
+	if !batch || g.o.BatchPrefill < 0 || g.others[e] == 0 {
 		return true
 	}
 	prompt := int64(0)
 	if routing != nil {
 		prompt = int64(routing.PromptTokens)
 	}
-	limit := e.PrefillTokensPerSec() * g.o.FlexPrefill.Seconds()
+	limit := e.PrefillTokensPerSec() * g.o.BatchPrefill.Seconds()
 	return float64(e.PendingPromptTokens()+prompt) <= limit
 }
 
@@ -433,23 +442,23 @@ func (g *Gate) hasRoom(e *backends.Endpoint) bool {
 }
 
 // dispatchLocked binds waiting requests, in order, while endpoints have
-// room. The flex requests set aside go before the queue's flex ones.
+// room. The batch requests set aside go before the queue's flex ones.
 func (g *Gate) dispatchLocked() {
 	for {
 		var w *waiter
 		if g.q.Len() > 0 {
 			w = g.q.Peek().Value.(*waiter)
 		}
-		if len(g.aside) > 0 && (w == nil || w.r.Class == Flex) && g.bindAsideLocked() {
+		if len(g.aside) > 0 && (w == nil || w.r.Class >= Flex) && g.bindAsideLocked() {
 			continue
 		}
 		if w == nil {
 			return
 		}
-		ep, lease, err := g.bindLocked(context.Background(), w.r.Routing, nil, w.r.Class)
-		if errors.Is(err, ErrNoRoom) && w.r.Class == Flex && len(g.aside) < MaxFlexAside && g.flexRoomLocked() {
-			// Some endpoint takes flex, not this prompt: let the
-			// requests behind it try.
+		ep, lease, err := g.bindLocked(context.Background(), w.r.Routing, nil, w.r.Class, w.r.Batch)
+		if errors.Is(err, ErrNoRoom) && w.r.Batch && len(g.aside) < MaxBatchAside && g.batchRoomLocked() {
+			// Some endpoint takes batch requests, not this prompt: let
+			// the requests behind it try.
 			g.q.Pop()
 			w.aside = true
 			g.aside = append(g.aside, w)
@@ -463,11 +472,11 @@ func (g *Gate) dispatchLocked() {
 	}
 }
 
-// bindAsideLocked binds the oldest flex waiter set aside that an endpoint
-// now takes, and reports whether there was one.
+// bindAsideLocked binds the oldest batch waiter set aside that an
+// endpoint now takes, and reports whether there was one.
 func (g *Gate) bindAsideLocked() bool {
 	for i, w := range g.aside {
-		ep, lease, err := g.bindLocked(context.Background(), w.r.Routing, nil, Flex)
+		ep, lease, err := g.bindLocked(context.Background(), w.r.Routing, nil, w.r.Class, true)
 		if errors.Is(err, ErrNoRoom) {
 			continue
 		}
@@ -482,22 +491,22 @@ func (g *Gate) bindAsideLocked() bool {
 	return false
 }
 
-// flexRoomLocked reports whether some available endpoint would take a
-// flex request with no prompt.
-func (g *Gate) flexRoomLocked() bool {
+// batchRoomLocked reports whether some available endpoint would take a
+// batch request with no prompt.
+func (g *Gate) batchRoomLocked() bool {
 	now := g.now()
 	for _, e := range g.pool.Available(nil, now) {
 		if until, ok := g.full[e]; ok && now.Before(until) {
 			continue
 		}
-		if g.hasRoom(e) && g.flexFits(e, Flex, nil) {
+		if g.hasRoom(e) && g.batchFits(e, true, nil) {
 			return true
 		}
 	}
 	return false
 }
 
-func (g *Gate) release(ep *backends.Endpoint, lease string, class Class) {
+func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool) {
 	if lease != "" {
 		err := g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, ep.Address(), lease) })
 		if err == nil {
@@ -508,7 +517,7 @@ func (g *Gate) release(ep *backends.Endpoint, lease string, class Class) {
 	if g.granted[ep]--; g.granted[ep] <= 0 {
 		delete(g.granted, ep)
 	}
-	if class != Flex {
+	if !batch {
 		if g.others[ep]--; g.others[ep] <= 0 {
 			delete(g.others, ep)
 		}
@@ -548,7 +557,7 @@ func (t *Ticket) Release() {
 		return
 	}
 	t.released = true
-	t.g.release(t.ep, t.lease, t.class)
+	t.g.release(t.ep, t.lease, t.batch)
 }
 
 // Rebind moves the ticket to another endpoint with room that is not in
@@ -557,7 +566,7 @@ func (t *Ticket) Release() {
 func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude []*backends.Endpoint) error {
 	g := t.g
 	g.mu.Lock()
-	ep, lease, err := g.bindLocked(ctx, routing, exclude, t.class)
+	ep, lease, err := g.bindLocked(ctx, routing, exclude, t.class, t.batch)
 	if err != nil {
 		g.mu.Unlock()
 		return err
@@ -565,7 +574,7 @@ func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude 
 	old, oldLease := t.ep, t.lease
 	t.ep, t.lease = ep, lease
 	g.mu.Unlock()
-	g.release(old, oldLease, t.class)
+	g.release(old, oldLease, t.batch)
 	return nil
 }
 

@@ -233,7 +233,7 @@ func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
 
 // While an endpoint has another class's requests in flight, a flex request
 // binds only if the prefill pending there, its own included, takes at most
-// FlexPrefill at the endpoint's measured rate; once the others are gone it
+// BatchPrefill at the endpoint's measured rate; once the others are gone it
 // binds by the budget alone.
 func TestFlexKeepsToWhatOtherClassesLeave(t *testing.T) {
 	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
@@ -243,7 +243,7 @@ func TestFlexKeepsToWhatOtherClassesLeave(t *testing.T) {
 	rr, err := roundrobin.New(nil)
 	require.NoError(t, err)
 	g, err := admission.NewGate(pool, rr, admission.Options{
-		Budget: func(*backends.Endpoint) int { return 10 }, KVMax: -1, FlexPrefill: 100 * time.Millisecond,
+		Budget: func(*backends.Endpoint) int { return 10 }, KVMax: -1, BatchPrefill: 100 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	e.ObservePrefill(0, 1000, time.Second) // 1,000 prompt tokens/s: 100 tokens fit in 100ms
@@ -251,6 +251,7 @@ func TestFlexKeepsToWhatOtherClassesLeave(t *testing.T) {
 	flex := func(prompt int) admission.Request {
 		r := req(admission.Flex, "batch")
 		r.Routing = &policies.Request{Model: "m", PromptTokens: prompt}
+		r.Batch = true
 		return r
 	}
 
@@ -292,7 +293,7 @@ func TestFlexTooLongForNowIsSetAside(t *testing.T) {
 	rr, err := roundrobin.New(nil)
 	require.NoError(t, err)
 	g, err := admission.NewGate(pool, rr, admission.Options{
-		Budget: func(*backends.Endpoint) int { return 10 }, KVMax: -1, FlexPrefill: 100 * time.Millisecond,
+		Budget: func(*backends.Endpoint) int { return 10 }, KVMax: -1, BatchPrefill: 100 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	e.ObservePrefill(0, 1000, time.Second) // 100 tokens fit in 100ms
@@ -300,6 +301,7 @@ func TestFlexTooLongForNowIsSetAside(t *testing.T) {
 	flex := func(prompt int) admission.Request {
 		r := req(admission.Flex, "batch")
 		r.Routing = &policies.Request{Model: "m", PromptTokens: prompt}
+		r.Batch = true
 		return r
 	}
 	interactive, err := g.Admit(ctx, req(admission.Default, "user"))

@@ -31,7 +31,9 @@ func (g *Gate) Stats() [NumClasses]ClassStats {
 	for c := range out {
 		out[c].Waiting = g.q.ClassLen(Class(c))
 	}
-	out[Flex].Waiting += len(g.aside)
+	for _, w := range g.aside {
+		out[w.r.Class].Waiting++
+	}
 	g.mu.Unlock()
 	for c := range out {
 		k := &g.counts[c]

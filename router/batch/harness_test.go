@@ -66,6 +66,7 @@ type fixture struct {
 	router http.Handler
 	reg    *prometheus.Registry
 	svc    *batch.Service
+	gate   *admission.Gate // the model's, with setup.budget
 	// stopRunner stops the runner and waits for it (a no-op once done).
 	stopRunner func()
 }
@@ -110,6 +111,7 @@ func start(t *testing.T, s setup) *fixture {
 		}
 		routes = append(routes, rte)
 	}
+	gate := routes[0].Gate
 	table, err := router.NewTable(routes)
 	require.NoError(t, err)
 
@@ -127,7 +129,7 @@ func start(t *testing.T, s setup) *fixture {
 	lim, err := quota.NewLimiter(quota.LimiterOptions{Store: memstore.New(), Metrics: reg})
 	require.NoError(t, err)
 
-	f := &fixture{dir: s.dir, worker: w, reg: reg}
+	f := &fixture{dir: s.dir, worker: w, reg: reg, gate: gate}
 	if f.dir == "" {
 		f.dir = t.TempDir()
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -186,4 +188,37 @@ func TestQueuedTokenCap(t *testing.T) {
 	_, err := acme.Batches.Cancel(ctx, third.ID)
 	require.NoError(t, err)
 	await(t, acme, third.ID, openai.BatchStatusCancelled)
+}
+
+// TestLinesWaitForOtherWork: while an interactive request is in flight on
+// the only backend, batch lines whose prefill would take longer than the
+// gate's BatchPrefill wait in admission although the budget has room; they
+// run once it ends.
+func TestLinesWaitForOtherWork(t *testing.T) {
+	f := start(t, setup{profile: "h100-llama3-8b", speedup: 1, budget: 8})
+	acme := f.client(t, "sk-acme")
+	ctx := context.Background()
+	stream := acme.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: model,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("interactive")}, MaxTokens: openai.Int(400)},
+		option.WithJSONSet("ignore_eos", true))
+	require.True(t, stream.Next(), "the first token: the backend's prefill rate is measured, the request in flight")
+
+	long := strings.Repeat("x", 16000) // 4,004 prompt tokens: far past 50ms of prefill at the rate measured
+	var lines strings.Builder
+	for i := range 2 {
+		fmt.Fprintf(&lines, `{"custom_id":"l%d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":4}}`+"\n", i, model, long)
+	}
+	b := create(t, acme, upload(t, acme, lines.String()).ID, openai.BatchNewParamsEndpointV1ChatCompletions)
+	require.Eventually(t, func() bool { return f.gate.Waiting() == 2 }, 10*time.Second, 5*time.Millisecond,
+		"both lines wait with 7 of 8 slots free")
+	got, err := acme.Batches.Get(ctx, b.ID)
+	require.NoError(t, err)
+	assert.Zero(t, got.RequestCounts.Completed)
+
+	for stream.Next() {
+	}
+	require.NoError(t, stream.Err())
+	require.NoError(t, stream.Close())
+	done := await(t, acme, b.ID, openai.BatchStatusCompleted)
+	assert.EqualValues(t, 2, done.RequestCounts.Completed)
 }
