@@ -81,6 +81,8 @@ fidelity: build
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseInference -fuzztime=$(FUZZTIME) ./router
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeSimple -fuzztime=$(FUZZTIME) ./router
+	$(GO) test -run='^$$' -fuzz=FuzzValid -fuzztime=$(FUZZTIME) ./router/jsonscan
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./configs
 	$(GO) test -run='^$$' -fuzz=FuzzAskUsage -fuzztime=$(FUZZTIME) ./router/usage
 	$(GO) test -run='^$$' -fuzz=FuzzStrip -fuzztime=$(FUZZTIME) ./router/measure

@@ -21,6 +21,7 @@
 # raises the open-files limit as far as the hard limit allows and prints
 # how many streams fit.
 # Assumes `make build`; KEEP=DIR keeps the samples, reports and logs.
+# STREAMS=0 skips the streams part (the long prompts alone take ~30 s).
 #   STREAMS=10000 RAMP=1000 LONG_REQUESTS=1000 ./deploy/memory.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +46,7 @@ trap cleanup EXIT
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 # --- streams -----------------------------------------------------------------
+if [ "$STREAMS" -gt 0 ]; then
 cat > "$tmp/profiles.yaml" <<'YAML'
 profiles:
   - name: trickle      # no GPU time, a 2 s step: one token per running stream every 2 s
@@ -91,6 +93,7 @@ sleep 3 # idle samples
 	--seed 1 --quiet --json "$tmp/streams.json" >/dev/null 2>&1
 sleep 1
 kill "$sampler" 2>/dev/null || true
+fi
 
 # --- long prompts ------------------------------------------------------------
 # The body's size on the wire: one request to a server that records it.
@@ -147,32 +150,33 @@ python3 - "$tmp" "$STREAMS" "$RAMP" "$(ulimit -n)" "$(cat /proc/sys/net/core/som
 import json, re, sys
 tmp, n, ramp, nofile, somaxconn, hz = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
 MiB = 2**20
-# t rss_kB fds open goroutines heap stack running gen_tokens
-rows = [[float(x) for x in l.split()] for l in open(f"{tmp}/samples.txt")]
-rows = [r for r in rows if len(r) == 9]
-idle = rows[2]
-peak = max(rows, key=lambda r: r[1])
-at = max(rows, key=lambda r: r[3])
-i = rows.index(at)
-a, b = rows[max(i - 2, 0)], rows[min(i + 3, len(rows) - 1)]
-rate = (b[8] - a[8]) / (b[0] - a[0])
-live = [float(m) for m in re.findall(r"^gc \d+ .*?->\d+->(\d+) MB", open(f"{tmp}/streams-sluice.log").read(), re.M)]
-s = json.load(open(f"{tmp}/streams.json"))
-errs = "; ".join(f"{v} x {k}" for k, v in sorted((s.get("errors") or {}).items(), key=lambda kv: -kv[1])) or "none"
-added = (peak[1] - idle[1]) * 1024
-fit = (nofile - int(idle[2])) // 2
-print(f"streams: {n:,} streamed requests at {ramp}/s, 16-token prompts, 15 output tokens, one every 2 s (4 trickle workers)")
-print(f"  open-files limit {nofile:,} (about {fit:,} streams fit in Sluice), somaxconn {somaxconn}")
-print(f"  {'Sluice RSS idle':<34}{idle[1] * 1024 / MiB:>9.1f} MiB")
-print(f"  {'Sluice RSS peak':<34}{peak[1] * 1024 / MiB:>9.1f} MiB")
-print(f"  {'peak open streams':<34}{int(at[3]):>9,}   (Sluice fds {int(at[2]):,}; {rate:,.0f} tokens/s generated around the peak)")
-print(f"  {'of them past their first token':<34}{int(max(min(r[3], r[7]) for r in rows)):>9,}   (most at once: the workers' running sequences)")
-print(f"  {'per open stream':<34}{added / at[3] / 1024:>9.1f} KiB   (peak - idle) / peak open streams")
-print(f"  {'10,000 streams at that rate':<34}{(added / at[3] * 10000 + idle[1] * 1024) / 2**30:>9.2f} GiB   (target: under 1 GiB)")
-print(f"  {'live heap after GC, largest':<34}{max(live, default=0):>9.0f} MB    (gctrace; at the open peak: heap in use {at[5] / MiB:.0f} MiB, "
-      f"stacks {at[6] / MiB:.0f} MiB, {int(at[4]):,} goroutines = {(at[4] - idle[4]) / at[3]:.1f} per stream)")
-print(f"  completed {s['completed']:,}, failed {s['failed']:,}: {errs}")
-print(f"  TTFT p50 {s['ttft_ms']['p50'] / 1000:.1f} s, p99 {s['ttft_ms']['p99'] / 1000:.1f} s; E2E p50 {s['e2el_ms']['p50'] / 1000:.1f} s")
+if n > 0:
+    # t rss_kB fds open goroutines heap stack running gen_tokens
+    rows = [[float(x) for x in l.split()] for l in open(f"{tmp}/samples.txt")]
+    rows = [r for r in rows if len(r) == 9]
+    idle = rows[2]
+    peak = max(rows, key=lambda r: r[1])
+    at = max(rows, key=lambda r: r[3])
+    i = rows.index(at)
+    a, b = rows[max(i - 2, 0)], rows[min(i + 3, len(rows) - 1)]
+    rate = (b[8] - a[8]) / (b[0] - a[0])
+    live = [float(m) for m in re.findall(r"^gc \d+ .*?->\d+->(\d+) MB", open(f"{tmp}/streams-sluice.log").read(), re.M)]
+    s = json.load(open(f"{tmp}/streams.json"))
+    errs = "; ".join(f"{v} x {k}" for k, v in sorted((s.get("errors") or {}).items(), key=lambda kv: -kv[1])) or "none"
+    added = (peak[1] - idle[1]) * 1024
+    fit = (nofile - int(idle[2])) // 2
+    print(f"streams: {n:,} streamed requests at {ramp}/s, 16-token prompts, 15 output tokens, one every 2 s (4 trickle workers)")
+    print(f"  open-files limit {nofile:,} (about {fit:,} streams fit in Sluice), somaxconn {somaxconn}")
+    print(f"  {'Sluice RSS idle':<34}{idle[1] * 1024 / MiB:>9.1f} MiB")
+    print(f"  {'Sluice RSS peak':<34}{peak[1] * 1024 / MiB:>9.1f} MiB")
+    print(f"  {'peak open streams':<34}{int(at[3]):>9,}   (Sluice fds {int(at[2]):,}; {rate:,.0f} tokens/s generated around the peak)")
+    print(f"  {'of them past their first token':<34}{int(max(min(r[3], r[7]) for r in rows)):>9,}   (most at once: the workers' running sequences)")
+    print(f"  {'per open stream':<34}{added / at[3] / 1024:>9.1f} KiB   (peak - idle) / peak open streams")
+    print(f"  {'10,000 streams at that rate':<34}{(added / at[3] * 10000 + idle[1] * 1024) / 2**30:>9.2f} GiB   (target: under 1 GiB)")
+    print(f"  {'live heap after GC, largest':<34}{max(live, default=0):>9.0f} MB    (gctrace; at the open peak: heap in use {at[5] / MiB:.0f} MiB, "
+          f"stacks {at[6] / MiB:.0f} MiB, {int(at[4]):,} goroutines = {(at[4] - idle[4]) / at[3]:.1f} per stream)")
+    print(f"  completed {s['completed']:,}, failed {s['failed']:,}: {errs}")
+    print(f"  TTFT p50 {s['ttft_ms']['p50'] / 1000:.1f} s, p99 {s['ttft_ms']['p99'] / 1000:.1f} s; E2E p50 {s['e2el_ms']['p50'] / 1000:.1f} s")
 size, toks = open(f"{tmp}/capture.txt").read().split()
 cpu = {l.split()[0]: int(l.split()[1]) / hz * 1e6 / int(l.split()[2]) for l in open(f"{tmp}/long-cpu.txt")}
 print(f"long prompts: {int(toks):,} token ids = {int(size):,} bytes of JSON per request, streamed, 4 output tokens")
@@ -188,4 +192,4 @@ for c in ("100", "1"):
               f"{x['request_throughput']:>7.0f}{add[0]:>10}{add[1]:>10}{add[2]:>15}")
 print("  (target: under 5 ms added at p99; client, worker and Sluice share the machine's cores)")
 PY
-grep -m 3 'too many open files' "$tmp/streams-sluice.log" | cut -c1-300 | sed 's/^/sluice log: /' || true
+[ "$STREAMS" -gt 0 ] && grep -m 3 'too many open files' "$tmp/streams-sluice.log" | cut -c1-300 | sed 's/^/sluice log: /' || true

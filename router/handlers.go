@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -503,14 +502,13 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		return nil, bodyTooLarge(rt.maxBody)
 	}
 	// The buffer grows with what arrives, never from the declared
-	// Content-Length: a client that declares 10 MiB and sends one byte a
-	// second holds a few bytes, not 10 MiB.
+	// Content-Length (see proxy.ReadBody).
 	rc := http.NewResponseController(w)
 	if rc.SetReadDeadline(time.Now().Add(rt.bodyWait)) == nil {
 		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	}
 	rd := http.MaxBytesReader(w, r.Body, rt.maxBody)
-	body, err := io.ReadAll(rd)
+	body, err := rt.proxy.ReadBody(rd)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -1,11 +1,14 @@
 package router
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/sluice-llm/sluice/router/jsonscan"
 )
@@ -33,15 +36,12 @@ const bytesPerToken = 4
 
 // parseInference validates body as a JSON object carrying a model name and
 // returns its routing fields, or an *APIError naming the problem. The body
-// is validated once and walked once at its top level (jsonscan skips the
-// messages without decoding them); only the few members routing reads are
-// decoded. Keys match exactly, as OpenAI-compatible servers read them; with
-// duplicate keys the last wins.
+// is read once: jsonscan.Object validates it (as json.Valid would, several
+// times faster) while it hands over the top-level members, so the messages
+// are skipped without being decoded; only the few members routing reads
+// are decoded. Keys match exactly, as OpenAI-compatible servers read them;
+// with duplicate keys the last wins.
 func parseInference(body []byte) (parsed, error) {
-	if !json.Valid(body) || body[jsonscan.SkipSpace(body, 0)] != '{' {
-		return parsed{}, badRequest("", "invalid_json",
-			"We could not parse the JSON body of your request. The body must be a JSON object with a \"model\" field.")
-	}
 	var (
 		p                    parsed
 		maxTokens, maxCompl  *int
@@ -50,7 +50,7 @@ func parseInference(body []byte) (parsed, error) {
 		messages, promptText []byte
 	)
 	decode := func(name string, val []byte, into any) {
-		if err != nil {
+		if err != nil || decodeSimple(val, into) {
 			return
 		}
 		if e := json.Unmarshal(val, into); e != nil {
@@ -66,7 +66,7 @@ func parseInference(body []byte) (parsed, error) {
 				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s.", field, want, got))
 		}
 	}
-	members(body, func(key, val []byte) {
+	valid := jsonscan.Object(body, func(key, val []byte) {
 		switch string(key) {
 		case "model":
 			decode("model", val, &p.model)
@@ -88,6 +88,10 @@ func parseInference(body []byte) (parsed, error) {
 			promptText = val
 		}
 	})
+	if !valid { // before any error decoding found: invalid JSON is named as such
+		return parsed{}, badRequest("", "invalid_json",
+			"We could not parse the JSON body of your request. The body must be a JSON object with a \"model\" field.")
+	}
 	if err != nil {
 		return parsed{}, err
 	}
@@ -111,6 +115,65 @@ func parseInference(body []byte) (parsed, error) {
 		return parsed{}, badRequest("max_tokens", "invalid_value", "max_tokens must be at least 1")
 	}
 	return p, nil
+}
+
+// decodeSimple decodes the plainest values of the types parseInference
+// reads straight into into, as json.Unmarshal would, and reports whether
+// it did: a string without escapes in valid UTF-8, true or false, an
+// integer that fits, stream_options as {"include_usage":true} or false.
+// Anything else (null, an escape, a type error) is left to json.Unmarshal,
+// whose errors the 400 answers quote. json.Unmarshal checks its input
+// again and decodes through reflection, which cost a small body a few
+// microseconds per member (issue 12). FuzzDecodeSimple holds the two equal.
+func decodeSimple(val []byte, into any) bool {
+	switch v := into.(type) {
+	case *string:
+		if len(val) < 2 || val[0] != '"' || val[len(val)-1] != '"' {
+			return false
+		}
+		in := val[1 : len(val)-1]
+		if bytes.IndexByte(in, '\\') >= 0 || !utf8.Valid(in) {
+			return false
+		}
+		*v = string(in)
+	case *bool:
+		switch string(val) {
+		case "true":
+			*v = true
+		case "false":
+			*v = false
+		default:
+			return false
+		}
+	case **int:
+		if len(val) == 0 || val[0] != '-' && (val[0] < '0' || val[0] > '9') {
+			return false
+		}
+		n, err := strconv.Atoi(string(val))
+		if err != nil { // a fraction, an exponent or out of range
+			return false
+		}
+		if *v == nil {
+			*v = new(int)
+		}
+		**v = n
+	case **streamOptions:
+		var on bool
+		switch string(val) {
+		case `{"include_usage":true}`:
+			on = true
+		case `{"include_usage":false}`:
+		default:
+			return false
+		}
+		if *v == nil {
+			*v = new(streamOptions)
+		}
+		(*v).IncludeUsage = on
+	default:
+		return false
+	}
+	return true
 }
 
 // bodyTooLarge is the 413 for a body over the configured limit.

@@ -65,6 +65,39 @@ func FuzzParseInference(f *testing.F) {
 	})
 }
 
+// FuzzDecodeSimple holds decodeSimple to json.Unmarshal: whatever it
+// decodes, json.Unmarshal decodes without error to the same value, from
+// an empty target and from one a duplicate key filled before.
+func FuzzDecodeSimple(f *testing.F) {
+	for _, s := range []string{`"m"`, `"a\"b"`, `"\u00e9"`, "\"\xff\"", `"é"`, `true`, `false`, `null`, `0`, `-0`, `7`, `-12`,
+		`1.5`, `1e3`, `99999999999999999999`, `{"include_usage":true}`, `{"include_usage":false}`, `{"Include_Usage":true}`, `{}`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, val []byte) {
+		if !json.Valid(val) {
+			return
+		}
+		check := func(fast, slow any) {
+			if !decodeSimple(val, fast) {
+				return
+			}
+			require.NoError(t, json.Unmarshal(val, slow), "%q", val)
+			require.Equal(t, slow, fast, "%q", val)
+		}
+		check(new(string), new(string))
+		s1, s2 := "before", "before"
+		check(&s1, &s2)
+		check(new(bool), new(bool))
+		check(new(*int), new(*int))
+		n1, n2 := 5, 5
+		p1, p2 := &n1, &n2
+		check(&p1, &p2)
+		check(new(*streamOptions), new(*streamOptions))
+		o1, o2 := &streamOptions{IncludeUsage: true}, &streamOptions{IncludeUsage: true}
+		check(&o1, &o2)
+	})
+}
+
 func TestPromptValue(t *testing.T) {
 	tests := []struct {
 		name, body, want string

@@ -51,11 +51,11 @@ func prefixHashesOf(v []byte) []uint64 {
 // promptValue returns the raw bytes of the top-level "messages" member of
 // the JSON object b, else of its "prompt" member, else nil. Keys match
 // exactly (as OpenAI-compatible servers read them); with duplicate keys the
-// last wins, as in encoding/json. It allocates nothing and stops at the
-// first byte that is not valid JSON.
+// last wins, as in encoding/json. It allocates nothing; b must be valid
+// JSON (parseInference finds the same value while it validates).
 func promptValue(b []byte) []byte {
 	var messages, prompt []byte
-	members(b, func(key, val []byte) {
+	jsonscan.Object(b, func(key, val []byte) {
 		switch string(key) {
 		case "messages":
 			messages = val
@@ -67,40 +67,4 @@ func promptValue(b []byte) []byte {
 		return messages
 	}
 	return prompt
-}
-
-// members calls fn with each top-level member of the JSON object b: its
-// key as written (without quotes, escapes undone by nobody) and its raw
-// value. It stops at the first byte that is not valid JSON, so callers
-// validate b first when they need every member.
-func members(b []byte, fn func(key, val []byte)) {
-	i := jsonscan.SkipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return
-	}
-	for i++; ; i++ {
-		i = jsonscan.SkipSpace(b, i)
-		if i >= len(b) || b[i] != '"' {
-			return
-		}
-		keyEnd := jsonscan.SkipString(b, i)
-		if keyEnd < 0 {
-			return
-		}
-		key := b[i+1 : keyEnd-1]
-		i = jsonscan.SkipSpace(b, keyEnd)
-		if i >= len(b) || b[i] != ':' {
-			return
-		}
-		i = jsonscan.SkipSpace(b, i+1)
-		end := jsonscan.SkipValue(b, i)
-		if end < 0 {
-			return
-		}
-		fn(key, b[i:end])
-		i = jsonscan.SkipSpace(b, end)
-		if i >= len(b) || b[i] != ',' {
-			return
-		}
-	}
 }

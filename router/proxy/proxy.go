@@ -82,6 +82,7 @@ type Proxy struct {
 	idle      time.Duration
 	errorLog  *log.Logger
 	buffers   bufferPool
+	scratch   scratchPool // for ReadBody
 
 	mu      sync.Mutex
 	streams map[*streamBody]struct{} // open event streams, for Abort
@@ -146,15 +147,16 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
 			pr.Out.Body = io.NopCloser(bytes.NewReader(body))
-			pr.Out.ContentLength = int64(len(body))
-			pr.Out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+			pr.Out.ContentLength = int64(len(body)) // the transport writes Content-Length from this, never from the header
 			pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 			h := pr.Out.Header
 			// The client's identity to Sluice, never the backend's business.
 			// Accept-Encoding goes too: the router reads answers' usage, and
 			// the transport asks for (and undoes) compression on its own.
+			// The keys are canonical already, so a map delete does (h.Del
+			// canonicalizes each again).
 			for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding"} {
-				h.Del(k)
+				delete(h, k)
 			}
 			if authorization != "" {
 				h.Set("Authorization", authorization)
