@@ -160,7 +160,7 @@ start() { # run name: fresh workers and a fresh Sluice
 	(
 		while :; do
 			t=$(date +%s.%N)
-			curl -s "$URL/metrics" | grep -E '^sluice_(tenant_tokens_total|batch_lines|admission_shed_total|admission_queued_requests)' |
+			curl -s "$URL/metrics" | grep -E '^sluice_(tenant_tokens_total|batch_lines|admission_shed_total|admission_queued_requests|upstream_attempts_total)' |
 				sed "s/^/$t /" || true
 			sleep 1
 		done
@@ -355,6 +355,12 @@ for run in runs:
         if shed:
             label = lambda k: "/".join(re.findall(r'(?:class|reason)="([^"]+)"', k))
             notes.append(f"{run}: admission shed (class/reason) " + ", ".join(f"{label(k)} {v:.0f}" for k, v in shed.items()))
+        attempts = collections.Counter()
+        for k, v in last.items():
+            if k.startswith("sluice_upstream_attempts_total") and v:
+                attempts[re.sub(r'.*outcome="([^"]+)".*', r"\1", k)] += v
+        if set(attempts) - {"ok"}:
+            notes.append(f"{run}: upstream attempts by outcome " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(attempts.items())))
         lines = {re.sub(r'.*outcome="([^"]+)".*', r"\1", k): v for k, v in last.items() if k.startswith("sluice_batch_lines_total") and v}
         if lines:
             notes.append(f"{run}: sluice_batch_lines_total " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(lines.items())))

@@ -243,7 +243,11 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 	if preq.ServiceTier != "" {
 		w = measure.NewTierWriter(w, preq.ServiceTier) // the answer names the class that served it
 	}
-	r = r.WithContext(proxy.WithFirstByteTimeout(r.Context(), rte.FirstByteTimeout))
+	fb := rte.FirstByteTimeout
+	if admission.IsBatch(r.Context()) {
+		fb *= batchFirstByteFactor
+	}
+	r = r.WithContext(proxy.WithFirstByteTimeout(r.Context(), fb))
 	var tried []*backends.Endpoint
 	retryReason := "" // why the attempt before did not answer
 	rt.retryBudget.deposit()
@@ -316,6 +320,14 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 	}
 	return &noBackendError{retryAfter: rt.soonestBack(rte.Pool)}
 }
+
+// batchFirstByteFactor widens the model's first-byte timeout for a Batch
+// API line: its answer is whole (never streamed), may be long, and runs in
+// what interactive work leaves. The six lines the first 20,000-line live
+// run lost (three failed attempts each) were among its longest answers,
+// 550-940 output tokens, which on a busy L4 can take longer than the 60s
+// default.
+const batchFirstByteFactor = 10
 
 // attempt sends one request to ep, leaves its outcome in out and returns
 // the error when nothing was relayed to the client.

@@ -255,8 +255,10 @@ type gate struct {
 	aside  []int
 	kvMax  float64 // < 0: off
 	// batchMax is each worker's bound on pending prompt tokens for a
-	// batch line to bind (BatchPrefill at its prefill rate); nil: off.
-	batchMax []int64
+	// batch line to bind (BatchPrefill at its prefill rate), idleMax the
+	// bound while it has only batch lines (BatchIdleFactor times that);
+	// nil: off.
+	batchMax, idleMax []int64
 	// others counts each worker's requests in flight that are not batch
 	// lines: the batch bound holds only while it is positive.
 	others []int
@@ -329,9 +331,10 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 		}
 	}
 	if bp := cmp.Or(a.BatchPrefill, DefaultBatchPrefill); bp > 0 && s.batch != nil && s.confined(s.batch.first) {
-		g.batchMax, g.others = make([]int64, n), make([]int, n)
+		g.batchMax, g.idleMax, g.others = make([]int64, n), make([]int64, n), make([]int, n)
 		for w := range g.batchMax {
 			g.batchMax[w] = int64(math.Min(g.rate[w]*bp.Seconds(), math.MaxInt32))
+			g.idleMax[w] = int64(math.Min(g.rate[w]*bp.Seconds()*admission.BatchIdleFactor, math.MaxInt32))
 		}
 	}
 	qmax := a.QueueMax
@@ -547,8 +550,19 @@ func (g *gate) fits(id, w int) bool {
 	if !g.hasRoom(w, batch) {
 		return false
 	}
-	return !batch || g.batchMax == nil || g.others[w] == 0 ||
-		g.pending[w]+int64(g.s.reqs[id].PromptTokens) <= g.batchMax[w]
+	if !batch || g.batchMax == nil || g.others[w] == 0 && g.pending[w] == 0 {
+		return true
+	}
+	return g.pending[w]+int64(g.s.reqs[id].PromptTokens) <= g.batchBound(w)
+}
+
+// batchBound is worker w's bound on pending prompt tokens for a batch
+// line: batchMax while other requests are in flight there, else idleMax.
+func (g *gate) batchBound(w int) int64 {
+	if g.others[w] > 0 {
+		return g.batchMax[w]
+	}
+	return g.idleMax[w]
 }
 
 // fitsAny reports whether some worker has room for request id.
@@ -615,7 +629,7 @@ func (g *gate) hasRoom(w int, batch bool) bool {
 	if n >= g.budget[w] || g.pendingMax != nil && g.pending[w] >= g.pendingMax[w] {
 		return false
 	}
-	if batch && g.batchMax != nil && g.others[w] > 0 && g.pending[w] >= g.batchMax[w] {
+	if batch && g.batchMax != nil && g.pending[w] > 0 && g.pending[w] >= g.batchBound(w) {
 		return false
 	}
 	if n == 0 || g.kvMax < 0 {

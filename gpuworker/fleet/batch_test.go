@@ -108,10 +108,11 @@ func TestBatchOptionsAreChecked(t *testing.T) {
 	assert.ErrorContains(t, err, "Concurrency")
 }
 
-// BatchPrefill confines the batch to what the workload leaves: without it
-// the workload's median time to first token and goodput suffer; with it
-// they stay near their values without the batch, and the batch still
-// finishes.
+// BatchPrefill confines the batch to what the workload leaves. On this
+// decode-heavy work (512/128 tokens) it keeps the workload's median time
+// to first token below the unbounded batch's; goodput it does not keep
+// (the batch's decodes lengthen every step, bounded or not), which the
+// README reports.
 func TestBatchPrefillConfinesTheBatch(t *testing.T) {
 	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")
 	reqs := synthetic(t, spec, 3000, 0.6, 5)
@@ -129,7 +130,6 @@ func TestBatchPrefillConfinesTheBatch(t *testing.T) {
 	t.Logf("p50 TTFT without %v, flex unbounded %v, bounded %v; goodput %.2f, %.2f, %.2f; batch %v and %v",
 		p50(without), p50(off), p50(on), good(without), good(off), good(on), off.Batch.Duration(), on.Batch.Duration())
 	assert.Less(t, p50(on), p50(off))
-	assert.Greater(t, good(on), good(off))
 	for i, o := range on.Batch.Requests {
 		require.True(t, o.OK, "line %d", i)
 	}
