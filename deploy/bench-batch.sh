@@ -9,8 +9,9 @@
 # DURATION seconds of simulated time (sluice-bench load --time-scale SPEEDUP,
 # so every figure is in simulated time). Runs, each on fresh workers and a
 # fresh Sluice:
-#   batch-alone  the batch with no interactive load: the fleet's measured
-#                throughput for the batch's requests
+#   batch-alone  the batch with no interactive load and no batch_prefill
+#                bound: the fleet's measured throughput for the batch's
+#                requests
 #   alone        the interactive load alone
 #   batch        the interactive load, and at its start a Batch API batch of
 #                N chat requests (uploaded with curl: POST /v1/files, then
@@ -100,7 +101,7 @@ BATCH_KEY=sk-bench-batch-$$
 "$BIN/sluice-bench" batch-file --trace "$TRACE" --lines "$N" --seed 7 --model "$MODEL" \
 	--out "$tmp/batch.jsonl" --csv "$tmp/batch.csv"
 
-config() { # data dir
+config() { # data dir, batch_prefill (empty: Sluice's default)
 	cat <<EOF
 listen: 127.0.0.1:$PORT
 log:
@@ -127,7 +128,7 @@ models:
     admission:
       max_in_flight_per_backend: $H100_BUDGET
       max_pending_prompt_tokens: $PENDING
-$([ -n "$BATCH_PREFILL" ] && echo "      batch_prefill: $BATCH_PREFILL")
+$([ -n "$2" ] && echo "      batch_prefill: $2")
     backends:
 EOF
 	local port=$BASE_PORT
@@ -153,7 +154,11 @@ start() { # run name: fresh workers and a fresh Sluice
 	done
 	for p in $(seq "$BASE_PORT" $((BASE_PORT + WORKERS - 1))); do wait_for "http://127.0.0.1:$p/health"; done
 	mkdir -p "$tmp/$1-data"
-	config "$tmp/$1-data" >"$tmp/$1.yaml"
+	# The batch alone measures the fleet's whole throughput for it: no
+	# batch bound there (as simulate --batch's reference run).
+	local bp=$BATCH_PREFILL
+	[ "$1" = batch-alone ] && bp=-1ms
+	config "$tmp/$1-data" "$bp" >"$tmp/$1.yaml"
 	"$BIN/sluice" serve --config "$tmp/$1.yaml" --watch 0 2>"$tmp/$1-sluice.log" & pids+=($!)
 	wait_for "$URL/readyz"
 	# Sluice's metrics once a second, each line stamped with the wall clock.
