@@ -22,7 +22,8 @@ func TestEndToEnd(t *testing.T) {
 	acme := f.client(t, "sk-acme")
 	ctx := context.Background()
 
-	input := chatLines(5, model, 8) + chatLine("not-mine", other, 8) + "\n"
+	input := chatLines(5, model, 8) + `{"custom_id":"refused","method":"POST","url":"/v1/chat/completions","body":{"model":"` + model +
+		`","messages":[{"role":"user","content":"hi"}],"max_tokens":0}}` + "\n"
 	in := upload(t, acme, input)
 	assert.Equal(t, openai.FileObjectPurposeBatch, in.Purpose)
 	assert.EqualValues(t, len(input), in.Bytes)
@@ -62,10 +63,10 @@ func TestEndToEnd(t *testing.T) {
 	}
 	errs := download(t, acme, b.ErrorFileID)
 	require.Len(t, errs, 1)
-	l := errs["not-mine"]
-	require.NotNil(t, l.Response, "the line ran as acme, whose tier does not list the model")
-	assert.Equal(t, http.StatusNotFound, l.Response.StatusCode)
-	assert.Contains(t, string(l.Response.Body), "model_not_found")
+	l := errs["refused"]
+	require.NotNil(t, l.Response, "the line ran, and was refused")
+	assert.Equal(t, http.StatusBadRequest, l.Response.StatusCode)
+	assert.Contains(t, string(l.Response.Body), "max_tokens")
 
 	// The files are listed, newest first, and readable as objects.
 	files, err := acme.Files.List(ctx, openai.FileListParams{})

@@ -66,9 +66,10 @@ const maxErrors = 100
 
 // checked is a valid input file, read for running.
 type checked struct {
-	index  []span
-	model  string // the first line's
-	tokens int64  // the estimate of all lines
+	index     []span
+	model     string // the first line's, every line's
+	modelLine int    // the first line naming it
+	tokens    int64  // the estimate of all lines
 }
 
 // lineBody holds the few body fields validation reads.
@@ -158,8 +159,12 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 		bad(no, "missing_required_parameter", "body.model", "body.model is required")
 		return
 	}
-	if c.model == "" {
-		c.model = body.Model
+	switch {
+	case c.model == "":
+		c.model, c.modelLine = body.Model, no
+	case body.Model != c.model: // as OpenAI's: one model per batch
+		bad(no, "mismatched_model", "body.model", "body.model %q is not %q, the model of line %d: a batch runs one model",
+			echo(body.Model), echo(c.model), c.modelLine)
 	}
 	out := defaultMaxTokens
 	switch {

@@ -47,6 +47,9 @@ func TestInvalidInput(t *testing.T) {
 		{"blank lines keep their numbers", []string{"", chatLine("a", model, 4), "  ", `[1]`},
 			[]string{"line 4: not a JSON object"}, []string{"invalid_json_line"}},
 		{"empty", []string{"", ""}, []string{"the input file holds no requests"}, []string{"empty_file"}},
+		{"two models", []string{chatLine("a", model, 4), chatLine("b", model, 4), chatLine("c", other, 4)},
+			[]string{`line 3: body.model "` + other + `" is not "` + model + `", the model of line 1: a batch runs one model`},
+			[]string{"mismatched_model"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
