@@ -231,11 +231,11 @@ func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
 	}
 }
 
-// While an endpoint has another class's requests in flight, a flex request
-// binds only if the prefill pending there, its own included, takes at most
-// BatchPrefill at the endpoint's measured rate; once the others are gone it
-// binds by the budget alone.
-func TestFlexKeepsToWhatOtherClassesLeave(t *testing.T) {
+// batchGate is a gate over one endpoint with a budget of 10, whose
+// measured prefill rate is 1,000 prompt tokens/s, so that its 100ms batch
+// bound is 100 tokens; flex makes a batch line of prompt tokens.
+func batchGate(t *testing.T) (*admission.Gate, *backends.Endpoint, func(prompt int) admission.Request) {
+	t.Helper()
 	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
 	require.NoError(t, err)
 	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
@@ -246,17 +246,34 @@ func TestFlexKeepsToWhatOtherClassesLeave(t *testing.T) {
 		Budget: func(*backends.Endpoint) int { return 10 }, KVMax: -1, BatchPrefill: 100 * time.Millisecond,
 	})
 	require.NoError(t, err)
-	e.ObservePrefill(0, 1000, time.Second) // 1,000 prompt tokens/s: 100 tokens fit in 100ms
-	ctx := context.Background()
+	e.ObservePrefill(0, 1000, time.Second)
 	flex := func(prompt int) admission.Request {
 		r := req(admission.Flex, "batch")
 		r.Routing = &policies.Request{Model: "m", PromptTokens: prompt}
 		r.Batch = true
 		return r
 	}
+	return g, e, flex
+}
+
+// While an endpoint has other requests in flight, a batch line binds only
+// if the prefill pending there, its own included, takes at most
+// BatchPrefill at the endpoint's measured rate; with only batch lines
+// there, at most BatchIdleFactor times that, and always one when nothing
+// is pending.
+func TestBatchLinesKeepToWhatOtherRequestsLeave(t *testing.T) {
+	g, e, flex := batchGate(t)
+	ctx := context.Background()
 
 	alone, err := g.Admit(ctx, flex(5000))
-	require.NoError(t, err, "no other class in flight: the budget alone")
+	require.NoError(t, err, "nothing pending and no other request: one line, however long")
+	e.BeginPrefill(5000)
+	idle := queued(t, g, ctx, flex(50))
+	assert.Equal(t, 1, g.Waiting(), "5,000 pending is past 5 x 100 tokens: the next one waits")
+	e.EndPrefill(5000)
+	got := <-idle
+	require.NoError(t, got.err)
+	got.t.Release()
 	alone.Release()
 
 	interactive, err := g.Admit(ctx, req(admission.Default, "user"))
@@ -268,42 +285,26 @@ func TestFlexKeepsToWhatOtherClassesLeave(t *testing.T) {
 	assert.Equal(t, 1, g.Waiting(), "80 pending plus 50 is past 100 tokens: it waits")
 
 	e.EndPrefill(80) // the small one's first token: 50 now fits, seen at the next look
-	got := <-big
+	got = <-big
 	require.NoError(t, got.err)
 	got.t.Release()
 	small.Release()
 
 	e.BeginPrefill(90)
 	waiting := queued(t, g, ctx, flex(50))
-	interactive.Release() // no other class left: flex binds by the budget
+	interactive.Release() // only batch lines now: 90 + 50 is within 5 x 100
 	got = <-waiting
 	require.NoError(t, got.err)
 	got.t.Release()
 	e.EndPrefill(90)
 }
 
-// A flex request whose prompt fits no endpoint's flex bound is set aside,
-// so a smaller one behind it goes first; it binds once the endpoint takes
-// it, leaves at once when its client goes, and counts as waiting.
-func TestFlexTooLongForNowIsSetAside(t *testing.T) {
-	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
-	require.NoError(t, err)
-	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-	require.NoError(t, err)
-	rr, err := roundrobin.New(nil)
-	require.NoError(t, err)
-	g, err := admission.NewGate(pool, rr, admission.Options{
-		Budget: func(*backends.Endpoint) int { return 10 }, KVMax: -1, BatchPrefill: 100 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	e.ObservePrefill(0, 1000, time.Second) // 100 tokens fit in 100ms
+// A batch line whose prompt fits no endpoint's bound is set aside, so a
+// smaller one behind it goes first; it binds once the endpoint takes it,
+// leaves at once when its client goes, and counts as waiting.
+func TestBatchLineTooLongForNowIsSetAside(t *testing.T) {
+	g, _, flex := batchGate(t)
 	ctx := context.Background()
-	flex := func(prompt int) admission.Request {
-		r := req(admission.Flex, "batch")
-		r.Routing = &policies.Request{Model: "m", PromptTokens: prompt}
-		r.Batch = true
-		return r
-	}
 	interactive, err := g.Admit(ctx, req(admission.Default, "user"))
 	require.NoError(t, err)
 	// The budget full, so the flex requests queue before any dispatch.
