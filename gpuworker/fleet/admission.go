@@ -122,16 +122,16 @@ const DefaultPrefillSteps = 1.0
 const DefaultKVMax = 0.95
 
 // DefaultBatchPrefill is the default Admission.BatchPrefill, the live
-// gate's. Swept on the Azure code trace at 0.6 load (2xH100 + 2xL4, a
-// 20,000-line batch drawn from the trace): 25ms, 50ms and 100ms kept the
-// trace's p50 and p99 time to first token within 3% of their values
-// without the batch; the batch took 0.80, 0.86 and 1.02 of the spare
-// throughput while the trace ran; and the trace's goodput was 1.02, 0.97
-// and 0.63 of its value. Without the bound the batch took 1.13 of the
-// spare and goodput fell to 0.01 of its value: flex prompts filled every
-// engine step, so no interactive token came within 100ms. On decode-heavy
-// work (512/128 tokens) the bound does less: the batch's decodes lengthen
-// every step (TestBatchPrefillConfinesTheBatch).
+// gate's. Tuned on the Azure code trace at 0.6 load (2xH100 + 2xL4, a
+// 20,000-line batch drawn from the trace): 50ms, 75ms, 100ms and 150ms
+// kept the trace's p50 and p99 time to first token within 4% of their
+// values without the batch; the batch took 0.80, 0.88, 0.88 and 1.02 of
+// the spare throughput while the trace ran; the trace's goodput was 1.01,
+// 0.81, 0.81 and 0.52 of its value. Without the bound the batch took 1.08
+// of the spare and goodput fell to 0.01 of its value: batch prompts filled
+// every engine step, so hardly an interactive token came within 100ms. On
+// decode-heavy work (512/128 tokens) the bound does less: the batch's
+// decodes lengthen every step (TestBatchPrefillConfinesTheBatch).
 const DefaultBatchPrefill = admission.DefaultBatchPrefill
 
 // DefaultMaxDetour is the default Admission.MaxDetour. On the Azure trace
