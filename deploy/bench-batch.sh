@@ -165,7 +165,7 @@ start() { # run name: fresh workers and a fresh Sluice
 	(
 		while :; do
 			t=$(date +%s.%N)
-			curl -s "$URL/metrics" | grep -E '^sluice_(tenant_tokens_total|batch_lines|admission_shed_total|admission_queued_requests|upstream_attempts_total)' |
+			curl -s "$URL/metrics" | grep -E '^sluice_(tenant_tokens_total|batch_lines|admission_shed_total|admission_queued_requests|upstream_attempts_total|backend_prefill_tokens_per_second|upstream_pending_prompt_tokens|upstream_in_flight_requests|backend_decode_tokens_per_second)' |
 				sed "s/^/$t /" || true
 			sleep 1
 		done

@@ -15,7 +15,7 @@ import (
 type fleetCollector struct {
 	rt *Router
 
-	inFlight, available, waiting, running, kv, decode, breaker, queued *prometheus.Desc
+	inFlight, available, waiting, running, kv, decode, prefill, pending, breaker, queued *prometheus.Desc
 }
 
 // Compile-time check.
@@ -37,6 +37,10 @@ func newFleetCollector(rt *Router) *fleetCollector {
 			"Fraction of the backend's KV cache in use, 0 to 1, as last scraped (absent when not known or not reported).", mb, nil),
 		decode: prometheus.NewDesc("sluice_backend_decode_tokens_per_second",
 			"Moving average of the backend's decode rate, measured on the answers this replica relayed (absent before the first).", mb, nil),
+		prefill: prometheus.NewDesc("sluice_backend_prefill_tokens_per_second",
+			"Moving average of the backend's prefill rate (prompt tokens queued ahead plus its own, over time to first token), measured on the answers this replica relayed (absent before the first); admission's batch_prefill bound reads it.", mb, nil),
+		pending: prometheus.NewDesc("sluice_upstream_pending_prompt_tokens",
+			"Prompt tokens this replica has sent each backend that have not reached their first token (a whole answer's until it arrives).", []string{"backend"}, nil),
 		breaker: prometheus.NewDesc("sluice_backend_breaker_state",
 			"The backend's circuit breaker state: 1 for the state it is in (closed, half-open, open), 0 for the others; absent without breakers.",
 			[]string{"model", "backend", "state"}, nil),
@@ -47,7 +51,7 @@ func newFleetCollector(rt *Router) *fleetCollector {
 
 // Describe sends the collector's descriptors.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inFlight, c.available, c.waiting, c.running, c.kv, c.decode, c.breaker, c.queued} {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.available, c.waiting, c.running, c.kv, c.decode, c.prefill, c.pending, c.breaker, c.queued} {
 		ch <- d
 	}
 }
@@ -66,6 +70,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			if !seen[addr] {
 				seen[addr] = true
 				ch <- prometheus.MustNewConstMetric(c.inFlight, gauge, float64(e.InFlight()), addr)
+				ch <- prometheus.MustNewConstMetric(c.pending, gauge, float64(e.PendingPromptTokens()), addr)
 			}
 			up := 0.0
 			if e.Available(now) {
@@ -81,6 +86,9 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if r := e.TokensPerSec(); r > 0 {
 				ch <- prometheus.MustNewConstMetric(c.decode, gauge, r, model, addr)
+			}
+			if r := e.PrefillTokensPerSec(); r > 0 {
+				ch <- prometheus.MustNewConstMetric(c.prefill, gauge, r, model, addr)
 			}
 			if b := e.Breaker(); b != nil {
 				state := b.State()
