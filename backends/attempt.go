@@ -1,6 +1,9 @@
 package backends
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // ErrorClass says how an attempt ended. Settlement, endpoint statistics,
 // breakers, metrics and logs all read it from the attempt's Outcome.
@@ -94,6 +97,7 @@ type Attempt struct {
 	ahead      int64
 	prefilling bool
 	finished   bool
+	whole      *wholePrefill // StartWhole's; nil for Start's
 }
 
 // Start begins an attempt on e for a request with prompt tokens (the
@@ -106,6 +110,48 @@ func (e *Endpoint) Start(prompt, expected int64) Attempt {
 	a.ahead = e.PrefillAhead(prompt)
 	e.BeginPrefill(prompt)
 	return a
+}
+
+// StartWhole begins an attempt, as Start, for a request whose answer comes
+// whole (not streamed). The router sees no first token that would end its
+// pending prefill, so the prompt is pending only for as long as its
+// prefill is expected to take: the prefill queued ahead and its own at the
+// endpoint's measured rate (wholePrefillGuess before one is measured).
+// Pending until the answer, as it was, a live run of a 20,000-line batch
+// (whole answers) beside streamed traffic showed the harm: each line's
+// prompt stayed pending for seconds, the default policy's TTFT estimate
+// steered streamed requests off the backends running batch lines, and
+// the rates learnt from those answers were off.
+func (e *Endpoint) StartWhole(prompt, expected int64) Attempt {
+	a := Attempt{ep: e, prompt: prompt, tokens: expected}
+	e.Begin(expected)
+	a.ahead = e.PrefillAhead(prompt)
+	e.BeginPrefill(prompt)
+	guess := wholePrefillGuess
+	if rate := e.PrefillTokensPerSec(); rate > 0 {
+		guess = time.Duration(float64(a.ahead+prompt) / rate * float64(time.Second))
+	}
+	w := &wholePrefill{}
+	w.timer = time.AfterFunc(guess, func() { w.end(e, prompt) })
+	a.whole = w
+	return a
+}
+
+// wholePrefillGuess is how long a whole answer's prompt counts as pending
+// before the endpoint's prefill rate is measured.
+const wholePrefillGuess = time.Second
+
+// wholePrefill ends a whole answer's pending prefill once: at its expected
+// time (a timer) or when the attempt finishes, whichever comes first.
+type wholePrefill struct {
+	done  atomic.Bool
+	timer *time.Timer
+}
+
+func (w *wholePrefill) end(e *Endpoint, prompt int64) {
+	if w.done.CompareAndSwap(false, true) {
+		e.EndPrefill(prompt)
+	}
 }
 
 // Endpoint is the attempt's endpoint.
@@ -134,7 +180,7 @@ func (a *Attempt) FirstToken(ttft time.Duration) {
 // measured decode rate (TokensPerSec, from streams) estimates one, and it
 // is folded in as FirstToken folds a measured one. Without a measured
 // decode rate, or when the estimate is not positive, nothing is learnt.
-// Call it after FirstToken ended the prefill.
+// The attempt is one begun with StartWhole.
 func (a *Attempt) WholeAnswer(d time.Duration, tokens int64) {
 	rate := a.ep.TokensPerSec()
 	if rate <= 0 || tokens <= 0 || d <= 0 {
@@ -163,6 +209,10 @@ func (a *Attempt) Finish(o Outcome) {
 	if a.prefilling {
 		a.prefilling = false
 		a.ep.EndPrefill(a.prompt)
+	}
+	if a.whole != nil {
+		a.whole.timer.Stop()
+		a.whole.end(a.ep, a.prompt)
 	}
 	a.ep.End(a.tokens)
 }

@@ -347,7 +347,12 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		startAttempt(span, ep, n, retryReason)
 	}
 	start := rt.now()
-	att := ep.Start(int64(preq.PromptTokens), preq.ExpectedTokens())
+	var att backends.Attempt
+	if preq.Stream {
+		att = ep.Start(int64(preq.PromptTokens), preq.ExpectedTokens())
+	} else {
+		att = ep.StartWhole(int64(preq.PromptTokens), preq.ExpectedTokens())
+	}
 	*out = backends.Outcome{Class: backends.ClassFailed} // kept if Forward panics with http.ErrAbortHandler mid-stream
 	mw := measure.NewWriter(w, start, rt.now)
 	mw.StripUsageChunk = strip
@@ -356,8 +361,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		if preq.Stream {
 			att.FirstToken(rt.now().Sub(start))
 		} else {
-			whole = rt.now().Sub(start)
-			att.FirstToken(0) // a whole answer: its first byte is not a first token
+			whole = rt.now().Sub(start) // a whole answer: its first byte is not a first token
 		}
 	}
 	returned := false // Forward returned rather than panicked

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-llm/sluice/configs"
+	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/router/auth"
 	"github.com/sluice-llm/sluice/router/batch"
 )
@@ -88,9 +89,11 @@ func batchOwner(ctx context.Context) batch.Owner {
 		NoFlex: len(t.Classes) > 0 && !slices.Contains(t.Classes, "flex")}
 }
 
-// runAsTenant runs a batch line as its tenant: the router's directory
-// resolves the name, so its current limits apply.
+// runAsTenant runs a batch line as its tenant (the router's directory
+// resolves the name, so its current limits apply) and marked as a batch
+// line, which admission runs only in what other requests leave.
 func runAsTenant(ctx context.Context, tenant string) context.Context {
+	ctx = admission.WithBatch(ctx)
 	if tenant == "" {
 		return ctx
 	}

@@ -57,7 +57,7 @@ type Options struct {
 	// BatchPrefill keeps batch requests (Request.Batch) to what other
 	// work leaves: while an endpoint has other requests in flight through
 	// this gate, it takes a batch request only if the prompt tokens
-	// pending on it (PendingPromptTokens) plus the request's own would
+	// queued on it (PrefillAhead) plus the request's own would
 	// take at most this at its measured prefill rate
 	// (PrefillTokensPerSec; none before the first measurement). Engine
 	// steps shared with other requests then hold little batch prefill.
@@ -414,13 +414,16 @@ func (g *Gate) batchFits(e *backends.Endpoint, batch bool, routing *policies.Req
 	if !batch || g.o.BatchPrefill < 0 {
 		return true
 	}
-	pending, alone := e.PendingPromptTokens(), g.others[e] == 0
-	if alone && pending == 0 {
-		return true // nothing queued and no other request: one line, however long
-	}
 	prompt := int64(0)
 	if routing != nil {
 		prompt = int64(routing.PromptTokens)
+	}
+	// What waits for prefill there: this replica's prompts (a whole
+	// answer's for its expected prefill time, backends.Endpoint.StartWhole)
+	// and what the engine's last scrape shows waiting besides.
+	pending, alone := e.PrefillAhead(prompt), g.others[e] == 0
+	if alone && pending == 0 {
+		return true // nothing queued and no other request: one line, however long
 	}
 	bound := g.o.BatchPrefill
 	if alone {

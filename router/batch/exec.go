@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sluice-llm/sluice/policies/admission"
 )
 
 // verdict is what becomes of a line after one run.
@@ -114,10 +112,7 @@ func (r *Runner) execute(t task) (res Result, v verdict, wait time.Duration) {
 		res.ErrCode, res.ErrMessage = "invalid_body", "body: "+jsonProblem(err)
 		return res, recorded, 0
 	}
-	// A batch line runs only in what other requests leave (admission's
-	// BatchPrefill).
-	ctx := admission.WithBatch(r.o.RunAs(t.ctx, t.b.Owner))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, line.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(r.o.RunAs(t.ctx, t.b.Owner), http.MethodPost, line.URL, bytes.NewReader(body))
 	if err != nil {
 		res.ErrCode, res.ErrMessage = "invalid_url", err.Error()
 		return res, recorded, 0

@@ -195,6 +195,7 @@ func ownerOf(ctx context.Context) batch.Owner {
 }
 
 func runAs(ctx context.Context, tenant string) context.Context {
+	ctx = admission.WithBatch(ctx)
 	if tenant == "" {
 		return ctx
 	}

@@ -39,8 +39,10 @@ type RunnerOptions struct {
 	// routing). Required.
 	Handler http.Handler
 	// RunAs returns ctx carrying tenant as the identity the Handler
-	// authenticates (auth.WithTenant). Nil: lines run with no tenant, as
-	// on a router without tenants.
+	// authenticates (auth.WithTenant), and marked as a batch line
+	// (admission.WithBatch: it runs only in what other requests leave).
+	// Nil: lines run with no tenant and unmarked, as on a router without
+	// tenants.
 	RunAs func(ctx context.Context, tenant string) context.Context
 	// Concurrency bounds the lines this runner has in flight. Default 64.
 	Concurrency int
