@@ -156,8 +156,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 			}
 		}
 		rt.limiter.Settle(res, used)
-		rt.metrics.tokens.WithLabelValues(tenant.Name, tenant.Tier, "input").Add(float64(used.Input))
-		rt.metrics.tokens.WithLabelValues(tenant.Name, tenant.Tier, "output").Add(float64(used.Output))
+		rt.metrics.tenantTokens(tenant.Name, tenant.Tier, used.Input, used.Output)
 	}()
 	return rt.forward(w, r, rte, &preq, body, strip, ticket, rec)
 }
@@ -230,7 +229,7 @@ func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, cla
 	case err != nil:
 		return nil, err
 	}
-	rt.metrics.admissionWait.WithLabelValues(preq.Model, class.String()).Observe(ticket.Waited().Seconds())
+	rt.metrics.admitted(preq.Model, class.String(), ticket.Waited())
 	return ticket, nil
 }
 
@@ -247,7 +246,6 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 	if admission.IsBatch(r.Context()) {
 		fb *= batchFirstByteFactor
 	}
-	r = r.WithContext(proxy.WithFirstByteTimeout(r.Context(), fb))
 	var tried []*backends.Endpoint
 	retryReason := "" // why the attempt before did not answer
 	rt.retryBudget.deposit()
@@ -300,7 +298,8 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		}
 		canRetry := attempt < rt.retries && others
 		rec.backend, rec.sentAt = ep.Address(), now
-		aerr := rt.attempt(w, r, ep, preq, body, strip, out, done, canRetry, attempt+1, retryReason)
+		at := proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), Body: body, TurnBack: canRetry, FirstByteTimeout: fb}
+		aerr := rt.attempt(w, r, ep, preq, at, strip, out, done, attempt+1, retryReason)
 		if aerr == nil {
 			return nil
 		}
@@ -329,17 +328,17 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 // default.
 const batchFirstByteFactor = 10
 
-// attempt sends one request to ep, leaves its outcome in out and returns
-// the error when nothing was relayed to the client.
+// attempt sends one request to ep as at says, leaves its outcome in out
+// and returns the error when nothing was relayed to the client.
 //
 // breakerDone, when set, is told how the attempt ended.
 //
-// With turnBack, a 502, 503 or 429 answer is not relayed: the attempt
+// With at.TurnBack, a 502, 503 or 429 answer is not relayed: the attempt
 // fails with it, so that the caller can try another backend.
 //
 // n numbers the attempt from 1, and retryReason says why the one before
 // did not answer; both are for its span.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, body []byte, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass), turnBack bool, n int, retryReason string) (err error) {
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, at proxy.Attempt, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass), n int, retryReason string) (err error) {
 	reqSpan := trace.SpanFromContext(r.Context())
 	ctx, span := rt.startSpan(r.Context(), "upstream", trace.SpanKindClient)
 	if span.IsRecording() {
@@ -371,7 +370,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 			out.Class = backends.ClassClientGone // the client hung up mid-answer; the backend did nothing wrong
 		}
 		fillOutcome(out, res)
-		rt.metrics.attempts.WithLabelValues(ep.Address(), out.Class.String()).Inc()
+		rt.metrics.attempted(ep.Address(), out.Class.String())
 		endAttempt(span, out, err)
 		if err == nil { // relayed (or broken off mid-stream): the request's answer
 			traceAnswer(reqSpan, out)
@@ -384,7 +383,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		}
 		att.Finish(*out) // last: once in-flight drops, the attempt is fully recorded
 	}()
-	err = rt.proxy.Forward(mw, r, ep.URL(), ep.Authorization(), body, turnBack)
+	err = rt.proxy.Forward(mw, r, at)
 	returned = true
 	var cut *proxy.StreamCutError
 	if err == nil || errors.As(err, &cut) {

@@ -2,6 +2,7 @@ package router
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,45 @@ type metrics struct {
 	// codes are the status codes' label values, formatted once so that
 	// recording a request formats nothing.
 	codes [600]string
+
+	// The children every request touches, cached by their label values: a
+	// hit hashes its key once, where WithLabelValues hashes every value
+	// and takes the vector's lock, once per child (issue 12). Label values
+	// come from the config, so each cache stays as small as its vector.
+	byRequest  children[requestLabels, requestChildren]
+	byStream   children[streamLabels, streamChildren]
+	byTenant   children[tenantLabels, [2]prometheus.Counter]
+	byAttempt  children[attemptLabels, prometheus.Counter]
+	byAdmitted children[streamLabels, prometheus.Observer]
+}
+
+type requestLabels struct{ model, route, tier, class, code string }
+
+type requestChildren struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+// streamLabels are a model and a service class.
+type streamLabels struct{ model, class string }
+
+type streamChildren struct{ ttft, tpot prometheus.Observer }
+
+type tenantLabels struct{ tenant, tier string }
+
+type attemptLabels struct{ backend, outcome string }
+
+// children maps label values to the children they select. Its zero value
+// is empty and ready to use.
+type children[K comparable, V any] struct{ m sync.Map }
+
+// get returns k's children, made by mk on first use.
+func (c *children[K, V]) get(k K, mk func(K) V) V {
+	if v, ok := c.m.Load(k); ok {
+		return v.(V)
+	}
+	v, _ := c.m.LoadOrStore(k, mk(k))
+	return v.(V)
 }
 
 // noLabel is the label value for what a request never got to (an unknown
@@ -109,15 +149,45 @@ func (m *metrics) observe(route string, status int, elapsed time.Duration, rec *
 	if rec.tenant != nil {
 		tier = rec.tenant.Tier
 	}
-	code := m.code(status)
-	m.requests.WithLabelValues(model, route, tier, class, code).Inc()
-	m.duration.WithLabelValues(model, route, tier, class, code).Observe(elapsed.Seconds())
+	req := m.byRequest.get(requestLabels{model, route, tier, class, m.code(status)}, func(k requestLabels) requestChildren {
+		return requestChildren{count: m.requests.WithLabelValues(k.model, k.route, k.tier, k.class, k.code),
+			duration: m.duration.WithLabelValues(k.model, k.route, k.tier, k.class, k.code)}
+	})
+	req.count.Inc()
+	req.duration.Observe(elapsed.Seconds())
 	if d := rec.ttft(); d > 0 {
-		m.ttft.WithLabelValues(model, class).Observe(d.Seconds())
+		st := m.byStream.get(streamLabels{model, class}, func(k streamLabels) streamChildren {
+			return streamChildren{ttft: m.ttft.WithLabelValues(k.model, k.class), tpot: m.tpot.WithLabelValues(k.model, k.class)}
+		})
+		st.ttft.Observe(d.Seconds())
 		if o := rec.out; o.DecodeTokens > 0 && (o.Class == backends.ClassOK || o.Class == backends.ClassClientGone) {
-			m.tpot.WithLabelValues(model, class).Observe(o.Decode.Seconds() / float64(o.DecodeTokens))
+			st.tpot.Observe(o.Decode.Seconds() / float64(o.DecodeTokens))
 		}
 	}
+}
+
+// tenantTokens counts tokens charged to a tenant: used.Input as input,
+// used.Output as output.
+func (m *metrics) tenantTokens(tenant, tier string, input, output int64) {
+	c := m.byTenant.get(tenantLabels{tenant, tier}, func(k tenantLabels) [2]prometheus.Counter {
+		return [2]prometheus.Counter{m.tokens.WithLabelValues(k.tenant, k.tier, "input"), m.tokens.WithLabelValues(k.tenant, k.tier, "output")}
+	})
+	c[0].Add(float64(input))
+	c[1].Add(float64(output))
+}
+
+// attempted counts an attempt sent to backend that ended as outcome.
+func (m *metrics) attempted(backend, outcome string) {
+	m.byAttempt.get(attemptLabels{backend, outcome}, func(k attemptLabels) prometheus.Counter {
+		return m.attempts.WithLabelValues(k.backend, k.outcome)
+	}).Inc()
+}
+
+// admitted records how long an admitted request of model and class waited.
+func (m *metrics) admitted(model, class string, waited time.Duration) {
+	m.byAdmitted.get(streamLabels{model, class}, func(k streamLabels) prometheus.Observer {
+		return m.admissionWait.WithLabelValues(k.model, k.class)
+	}).Observe(waited.Seconds())
 }
 
 // labelOr is v, or noLabel when v is empty.

@@ -30,6 +30,15 @@ type BatchSettler interface {
 	SettleBatch(ctx context.Context, items []SettleItem) error
 }
 
+// InProcess is implemented by a Store whose calls never wait on I/O, only
+// on a mutex (quota/memstore). The Limiter calls such a Store under the
+// caller's context as it is, without its Timeout: a call cannot overrun
+// it, and the timer and context it takes cost several times the call
+// (issue 12).
+type InProcess interface {
+	InProcess()
+}
+
 // RejectError is a reservation the limits refused: the router answers it
 // with 429 and Retry-After.
 type RejectError struct {
@@ -114,6 +123,7 @@ type LimiterOptions struct {
 type Limiter struct {
 	o        LimiterOptions
 	batch    BatchSettler
+	local    bool // the Store is InProcess
 	prefix   string
 	seq      atomic.Uint64
 	degraded atomic.Bool
@@ -159,6 +169,7 @@ func NewLimiter(o LimiterOptions) (*Limiter, error) {
 	}
 	l := &Limiter{o: o, prefix: hex.EncodeToString(b[:]) + "-", queue: make(chan SettleItem, 4096)}
 	l.batch, _ = o.Store.(BatchSettler)
+	_, l.local = o.Store.(InProcess)
 	l.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_quota_decisions_total",
 		Help: "Reservations by result (allowed, denied, failed_open, failed_closed) and, when denied, the dimension that refused.",
@@ -209,10 +220,17 @@ type Reservation struct {
 // Store failed and the limits fail open).
 func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amount) (*Reservation, error) {
 	now := l.o.Now()
-	lease := l.prefix + strconv.FormatUint(l.seq.Add(1), 36)
-	cctx, cancel := context.WithTimeout(ctx, l.o.Timeout)
-	d, err := l.o.Store.Reserve(cctx, key, lim, amt, Lease{ID: lease, TTL: l.o.LeaseTTL}, now)
-	cancel()
+	var buf [32]byte // the prefix (13 bytes) and a base-36 uint64 (at most 13): one allocation, the string
+	lease := string(strconv.AppendUint(append(buf[:0], l.prefix...), l.seq.Add(1), 36))
+	var d Decision
+	var err error
+	if l.local {
+		d, err = l.o.Store.Reserve(ctx, key, lim, amt, Lease{ID: lease, TTL: l.o.LeaseTTL}, now)
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, l.o.Timeout)
+		d, err = l.o.Store.Reserve(cctx, key, lim, amt, Lease{ID: lease, TTL: l.o.LeaseTTL}, now)
+		cancel()
+	}
 	l.reserveLatency.Observe(l.o.Now().Sub(now).Seconds())
 	if err != nil {
 		if ctx.Err() != nil {
@@ -294,6 +312,13 @@ func (l *Limiter) Settle(r *Reservation, used Amount) {
 		}
 		l.mu.Unlock()
 	}
+	if l.local {
+		// Inline and in-process: no batch to build, no timeout to arm, and
+		// the clock read above serves as the call's start.
+		err := l.o.Store.Settle(context.Background(), it.Key, it.Limits, it.Settlement, it.Now)
+		l.settled(now, err)
+		return
+	}
 	l.settle([]SettleItem{it})
 }
 
@@ -301,8 +326,12 @@ func (l *Limiter) Settle(r *Reservation, used Amount) {
 // call.
 func (l *Limiter) settle(items []SettleItem) {
 	start := l.o.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout*time.Duration(1+len(items)/16))
-	defer cancel()
+	ctx := context.Background()
+	if !l.local {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.o.Timeout*time.Duration(1+len(items)/16))
+		defer cancel()
+	}
 	var err error
 	if l.batch != nil && len(items) > 1 {
 		err = l.batch.SettleBatch(ctx, items)
@@ -313,6 +342,12 @@ func (l *Limiter) settle(items []SettleItem) {
 			}
 		}
 	}
+	l.settled(start, err)
+}
+
+// settled records a settlement call that started at start and ended with
+// err.
+func (l *Limiter) settled(start time.Time, err error) {
 	l.settleTime.Observe(l.o.Now().Sub(start).Seconds())
 	if err != nil {
 		// The reservation stays charged: the next requests may wait longer

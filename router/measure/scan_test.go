@@ -96,3 +96,23 @@ func FuzzJSONScan(f *testing.F) {
 		require.False(t, j.d.plain() && j.d.usageChunk())
 	})
 }
+
+// FuzzStringEnd checks the eight-bytes-at-a-time search against a byte
+// loop.
+func FuzzStringEnd(f *testing.F) {
+	for _, s := range []string{"", `"`, `\`, "abcdefgh", `abcdefg"`, `abcdefgh\`, "\x01\x00\"", `a"b\c`, "0123456789abcdef\x22", "\x21\x23\x5b\x5d\xa2\xdc"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := len(b)
+		for i, c := range b {
+			if c == '"' || c == '\\' {
+				want = i
+				break
+			}
+		}
+		if got := stringEnd(b); got != want {
+			t.Fatalf("stringEnd(%q) = %d, want %d", b, got, want)
+		}
+	})
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -63,7 +62,9 @@ func (e *AttemptError) Unwrap() error { return e.Err }
 
 // Options configures a Proxy.
 type Options struct {
-	// Transport carries upstream requests. Required.
+	// Transport carries upstream requests. Required. Like http.Transport,
+	// it must set each Response's Request: the proxy finds the attempt a
+	// response belongs to through it.
 	Transport http.RoundTripper
 	// Logger receives copy errors. Nil means slog.Default().
 	Logger *slog.Logger
@@ -77,12 +78,14 @@ type Options struct {
 
 // Proxy forwards requests to a given base URL.
 type Proxy struct {
-	transport http.RoundTripper
-	inject    func(context.Context, http.Header)
-	idle      time.Duration
-	errorLog  *log.Logger
-	buffers   bufferPool
-	scratch   scratchPool // for ReadBody
+	// rp is built once and shared by every attempt: its hooks are methods
+	// that find the attempt's state in the request's context, so that an
+	// attempt allocates no ReverseProxy and no closures (issue 12).
+	rp      httputil.ReverseProxy
+	inject  func(context.Context, http.Header)
+	idle    time.Duration
+	buffers bufferPool
+	scratch scratchPool // for ReadBody
 
 	mu      sync.Mutex
 	streams map[*streamBody]struct{} // open event streams, for Abort
@@ -106,102 +109,102 @@ func New(o Options) (*Proxy, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Proxy{
-		transport: o.Transport,
-		idle:      o.StreamIdleTimeout,
-		streams:   map[*streamBody]struct{}{},
-		inject:    o.Inject,
-		errorLog:  slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
-		buffers:   bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, copyBuffer); return &b }}},
-	}, nil
+	p := &Proxy{
+		idle:    o.StreamIdleTimeout,
+		streams: map[*streamBody]struct{}{},
+		inject:  o.Inject,
+		buffers: bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, copyBuffer); return &b }}},
+	}
+	p.rp = httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      o.Transport,
+		BufferPool:     &p.buffers,
+		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.errorHandler,
+	}
+	return p, nil
 }
 
-// Forward sends r, with body as its payload, to target (a base URL whose path
-// prefixes the request path) and copies the response to w, flushing every
-// event of a stream as it arrives. It returns nil when a response was
-// relayed (whatever its status), a *StreamCutError when an event stream
-// was relayed in part and then broke, stalled past the idle timeout or
-// ended without [DONE] (the caller ends it with ErrorEvent), or an
-// *AttemptError when nothing was written to w. A whole (non-stream) answer
-// that fails after it started panics with http.ErrAbortHandler, as
-// httputil.ReverseProxy does, so the server aborts the client connection:
-// a cut JSON body must not look complete.
+// Attempt is one try of a request at one backend.
+type Attempt struct {
+	// Target is the backend's base URL; its path prefixes the request's.
+	Target *url.URL
+	// Authorization, when not empty, is sent as the backend's own
+	// Authorization.
+	Authorization string
+	// Body is the request's payload.
+	Body []byte
+	// TurnBack: a 502, 503 or 429 answer is not relayed (see Forward).
+	TurnBack bool
+	// FirstByteTimeout bounds the wait for the backend's response headers;
+	// past it the attempt's outcome is Timeout, with ErrFirstByteTimeout
+	// as its context's cause. Zero or less means no limit beyond the
+	// transport's own.
+	FirstByteTimeout time.Duration
+}
+
+// attempt is one Forward call's state. It is reached from the shared
+// ReverseProxy's hooks through the request's context (attemptOf).
+type attempt struct {
+	Attempt
+	body      bodyReader
+	fb        firstByteTimer
+	stream    streamBody // the answer's, when streaming
+	streaming bool       // the answer is an event stream
+	err       error      // the ReverseProxy's, from errorHandler
+}
+
+type attemptKey struct{}
+
+func attemptOf(ctx context.Context) *attempt { return ctx.Value(attemptKey{}).(*attempt) }
+
+// bodyReader is an attempt's request body: the transport closes it, which
+// does nothing.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// getBody gives the transport a fresh copy of the body when it resends the
+// request on another connection.
+func (a *attempt) getBody() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(a.Body)), nil
+}
+
+// Forward sends r, with a.Body as its payload, to a.Target and copies the
+// response to w, flushing every event of a stream as it arrives. It returns
+// nil when a response was relayed (whatever its status), a
+// *StreamCutError when an event stream was relayed in part and then broke,
+// stalled past the idle timeout or ended without [DONE] (the caller ends
+// it with ErrorEvent), or an *AttemptError when nothing was written to w.
+// A whole (non-stream) answer that fails after it started panics with
+// http.ErrAbortHandler, as httputil.ReverseProxy does, so the server
+// aborts the client connection: a cut JSON body must not look complete.
 //
 // The client's credentials (Authorization, Api-Key, cookies) and its
 // OpenAI-Organization and OpenAI-Project never reach the backend;
-// authorization, when not empty, is sent as the backend's own
+// a.Authorization, when not empty, is sent as the backend's own
 // Authorization. The backend's Set-Cookie, Server and rate-limit headers
 // never reach the client.
 //
-// With turnBack, a 502, 503 or 429 answer is not relayed: Forward returns
+// With a.TurnBack, a 502, 503 or 429 answer is not relayed: Forward returns
 // an *AttemptError (Outcome TurnedBack, Status set) so that the caller can
 // try another backend.
-func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL, authorization string, body []byte, turnBack bool) error {
-	var attemptErr error
+func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, at Attempt) error {
+	a := &attempt{Attempt: at}
+	a.body.Reset(at.Body)
+	ctx := a.fb.start(r.Context(), at.FirstByteTimeout)
+	defer a.fb.stop()
+	r = r.WithContext(context.WithValue(ctx, attemptKey{}, a))
+	p.rp.ServeHTTP(w, r)
 	var stream *streamBody
-	var fb firstByteTimer
-	r = r.WithContext(fb.start(r.Context()))
-	defer fb.stop()
-	rp := httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			pr.Out.Host = target.Host
-			pr.Out.Body = io.NopCloser(bytes.NewReader(body))
-			pr.Out.ContentLength = int64(len(body)) // the transport writes Content-Length from this, never from the header
-			pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-			h := pr.Out.Header
-			// The client's identity to Sluice, never the backend's business.
-			// Accept-Encoding goes too: the router reads answers' usage, and
-			// the transport asks for (and undoes) compression on its own.
-			// The keys are canonical already, so a map delete does (h.Del
-			// canonicalizes each again).
-			for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding"} {
-				delete(h, k)
-			}
-			if authorization != "" {
-				h.Set("Authorization", authorization)
-			}
-			pr.SetXForwarded()
-			if p.inject != nil {
-				p.inject(pr.Out.Context(), pr.Out.Header)
-			}
-		},
-		Transport:  p.transport,
-		BufferPool: &p.buffers,
-		ErrorLog:   p.errorLog,
-		ModifyResponse: func(res *http.Response) error {
-			fb.headers()
-			// The router owns the request ID; a backend's own must not duplicate it.
-			if turnBack && (res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable ||
-				res.StatusCode == http.StatusTooManyRequests) {
-				return &turnedBack{status: res.StatusCode}
-			}
-			res.Header.Del("X-Request-Id")
-			for k := range res.Header {
-				if k == "Set-Cookie" || k == "Server" || strings.HasPrefix(k, "X-Ratelimit-") {
-					res.Header.Del(k)
-				}
-			}
-			if res.StatusCode/100 == 2 && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
-				stream = newStreamBody(res.Body, p.idle)
-				res.Body = stream
-				p.mu.Lock()
-				p.streams[stream] = struct{}{}
-				p.mu.Unlock()
-			}
-			return nil
-		},
-		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
-			attemptErr = err
-		},
-	}
-	rp.ServeHTTP(w, r)
-	if stream != nil {
+	if a.streaming {
+		stream = &a.stream
 		p.mu.Lock()
 		delete(p.streams, stream)
 		p.mu.Unlock()
 	}
-	if attemptErr == nil {
+	if a.err == nil {
 		if stream != nil {
 			if cut := stream.cut(); cut != nil {
 				if errors.Is(context.Cause(r.Context()), ErrTotalTimeout) {
@@ -218,10 +221,67 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 		return nil
 	}
 	var tb *turnedBack
-	if errors.As(attemptErr, &tb) {
-		return &AttemptError{Outcome: TurnedBack, Status: tb.status, Err: attemptErr}
+	if errors.As(a.err, &tb) {
+		return &AttemptError{Outcome: TurnedBack, Status: tb.status, Err: a.err}
 	}
-	return &AttemptError{Outcome: classify(r.Context(), attemptErr), Err: attemptErr}
+	return &AttemptError{Outcome: classify(r.Context(), a.err), Err: a.err}
+}
+
+// rewrite is the ReverseProxy's Rewrite.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	a := attemptOf(pr.In.Context())
+	pr.SetURL(a.Target)
+	pr.Out.Host = a.Target.Host
+	pr.Out.Body = &a.body
+	pr.Out.ContentLength = int64(len(a.Body)) // the transport writes Content-Length from this, never from the header
+	pr.Out.GetBody = a.getBody
+	h := pr.Out.Header
+	// The client's identity to Sluice, never the backend's business.
+	// Accept-Encoding goes too: the router reads answers' usage, and
+	// the transport asks for (and undoes) compression on its own.
+	// The keys are canonical already, so a map delete does (h.Del
+	// canonicalizes each again).
+	for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding"} {
+		delete(h, k)
+	}
+	if a.Authorization != "" {
+		h["Authorization"] = []string{a.Authorization}
+	}
+	pr.SetXForwarded()
+	if p.inject != nil {
+		p.inject(pr.Out.Context(), pr.Out.Header)
+	}
+}
+
+// modifyResponse is the ReverseProxy's ModifyResponse.
+func (p *Proxy) modifyResponse(res *http.Response) error {
+	a := attemptOf(res.Request.Context())
+	a.fb.headers()
+	if a.TurnBack && (res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable ||
+		res.StatusCode == http.StatusTooManyRequests) {
+		return &turnedBack{status: res.StatusCode}
+	}
+	for k := range res.Header {
+		// The router owns the request ID; a backend's own must not duplicate it.
+		if k == "X-Request-Id" || k == "Set-Cookie" || k == "Server" || strings.HasPrefix(k, "X-Ratelimit-") {
+			delete(res.Header, k) // the transport's keys are canonical
+		}
+	}
+	if res.StatusCode/100 == 2 && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		a.stream.start(res.Body, p.idle)
+		a.streaming = true
+		res.Body = &a.stream
+		p.mu.Lock()
+		p.streams[&a.stream] = struct{}{}
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// errorHandler is the ReverseProxy's ErrorHandler: Forward reports the
+// error, nothing is written here.
+func (p *Proxy) errorHandler(_ http.ResponseWriter, r *http.Request, err error) {
+	attemptOf(r.Context()).err = err
 }
 
 func classify(ctx context.Context, err error) Outcome {

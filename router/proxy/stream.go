@@ -49,12 +49,13 @@ type streamBody struct {
 	n       int      // bytes in tail
 }
 
-func newStreamBody(rc io.ReadCloser, idle time.Duration) *streamBody {
-	s := &streamBody{rc: rc, idle: idle}
+// start wraps rc; s must be new (it lives in its attempt, so that a stream
+// costs no allocation of its own).
+func (s *streamBody) start(rc io.ReadCloser, idle time.Duration) {
+	s.rc, s.idle = rc, idle
 	if idle > 0 {
 		s.timer = time.AfterFunc(idle, s.stall)
 	}
-	return s
 }
 
 func (s *streamBody) stall() {

@@ -28,7 +28,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 	case o.ResponseHeaderTimeout == 0:
 		o.ResponseHeaderTimeout = 60 * time.Second
 	case o.ResponseHeaderTimeout < 0:
-		o.ResponseHeaderTimeout = 0 // none: the caller times attempts (WithFirstByteTimeout)
+		o.ResponseHeaderTimeout = 0 // none: the caller times attempts (Attempt.FirstByteTimeout)
 	}
 	if o.MaxIdleConnsPerHost == 0 {
 		o.MaxIdleConnsPerHost = 256

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -27,7 +28,14 @@ type Store struct {
 	shards [shardCount]shard
 }
 
-var _ quota.Store = (*Store)(nil)
+var (
+	_ quota.Store     = (*Store)(nil)
+	_ quota.InProcess = (*Store)(nil)
+)
+
+// InProcess tells the Limiter that calls never wait on I/O (see
+// quota.InProcess).
+func (*Store) InProcess() {}
 
 type shard struct {
 	mu      sync.Mutex
@@ -44,6 +52,12 @@ type tenant struct {
 	leases map[string]int64
 	// days maps a UTC day (gcra.Day) to the tokens charged on it.
 	days map[int64]int64
+	// purgeAt is, in Unix milliseconds, a time at or before which no lease
+	// expires and no daily total goes: purge skips its walk of every lease
+	// before it, which a tenant with many requests in flight would
+	// otherwise pay on every call (issue 12). Zero: walk on the next
+	// purge.
+	purgeAt int64
 }
 
 // New returns an empty Store.
@@ -96,12 +110,15 @@ func (s *Store) Reserve(ctx context.Context, key string, lim quota.Limits, amt q
 			t.days = make(map[int64]int64)
 		}
 		t.days[day] += n
+		t.goneAt(dayGone(day))
 	}
 	if lim.Concurrency > 0 {
 		if t.leases == nil {
 			t.leases = make(map[string]int64)
 		}
-		t.leases[lease.ID] = gcra.LeaseExpiry(now, lease.TTL)
+		exp := gcra.LeaseExpiry(now, lease.TTL)
+		t.leases[lease.ID] = exp
+		t.goneAt(exp)
 	}
 	sh.keep(key, t, now)
 	return o.Decision(), nil
@@ -147,6 +164,7 @@ func (s *Store) Settle(ctx context.Context, key string, lim quota.Limits, st quo
 				t.days = make(map[int64]int64)
 			}
 			t.days[day] = d
+			t.goneAt(dayGone(day))
 		}
 	}
 	sh.keep(key, t, now)
@@ -185,16 +203,38 @@ func (sh *shard) tick(now time.Time) {
 // purge drops expired leases and the daily totals no longer kept.
 func (t *tenant) purge(now time.Time) {
 	ms := gcra.Millis(now)
+	if ms < t.purgeAt {
+		return // nothing has expired yet
+	}
+	next := int64(math.MaxInt64)
 	for id, exp := range t.leases {
 		if exp <= ms {
 			delete(t.leases, id)
+		} else {
+			next = min(next, exp)
 		}
 	}
 	for day := range t.days {
-		if gcra.DayTTL(day, now) <= 0 {
+		if gone := dayGone(day); gone <= ms {
 			delete(t.days, day)
+		} else {
+			next = min(next, gone)
 		}
 	}
+	t.purgeAt = next
+}
+
+// goneAt notes that something kept expires at ms (Unix milliseconds).
+func (t *tenant) goneAt(ms int64) {
+	if t.purgeAt != 0 {
+		t.purgeAt = min(t.purgeAt, ms)
+	}
+}
+
+// dayGone is when day's total is no longer kept, in Unix milliseconds:
+// gcra.DayTTL(day, now) <= 0 exactly when gcra.Millis(now) >= dayGone(day).
+func dayGone(day int64) int64 {
+	return (day*86400 + int64(gcra.DayKept/time.Second)) * 1000
 }
 
 // idle reports whether forgetting t changes nothing: every dimension is

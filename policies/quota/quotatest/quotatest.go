@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore func(t *testing.T) quota.Store) {
 		{"refund_banks_nothing", testRefundBanksNothing},
 		{"settle_unknown_lease", testSettleUnknownLease},
 		{"concurrency", testConcurrency},
+		{"concurrency_staggered", testConcurrencyStaggered},
 		{"tokens_per_day", testTokensPerDay},
 		{"tokens_per_day_settle", testTokensPerDaySettle},
 		{"windows", testWindows},
@@ -291,6 +292,35 @@ func testConcurrency(t *testing.T, s quota.Store) {
 	tn.advance(time.Millisecond)
 	tn.allow(req(1), "d")
 	tn.allow(req(1), "e")
+	tn.deny(req(1), quota.DimConcurrency)
+}
+
+// testConcurrencyStaggered takes leases at different times and with
+// different TTLs: each stops counting its own TTL after its Reserve,
+// whichever others expire before or after it.
+func testConcurrencyStaggered(t *testing.T, s quota.Store) {
+	tn := newTenant(t, s, "staggered", quota.Limits{Concurrency: 2})
+	lease := func(id string, ttl time.Duration) {
+		t.Helper()
+		d, err := s.Reserve(context.Background(), tn.key, tn.lim, req(1), quota.Lease{ID: id, TTL: ttl}, tn.now)
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "lease %s at %v: %+v", id, tn.now, d)
+	}
+	lease("a", time.Minute)
+	tn.advance(10 * time.Second)
+	lease("b", 10*time.Second) // taken after a, expires before it
+	tn.deny(req(1), quota.DimConcurrency)
+	tn.advance(10*time.Second - time.Millisecond)
+	tn.deny(req(1), quota.DimConcurrency)
+	tn.advance(time.Millisecond) // b expired
+	lease("c", 30*time.Second)
+	tn.deny(req(1), quota.DimConcurrency)
+	tn.settle(req(1), req(1), "c", tn.now)
+	tn.advance(40*time.Second - time.Millisecond) // a: 1ms left
+	lease("d", time.Minute)
+	tn.deny(req(1), quota.DimConcurrency)
+	tn.advance(time.Millisecond) // a expired
+	lease("e", time.Minute)
 	tn.deny(req(1), quota.DimConcurrency)
 }
 
