@@ -91,6 +91,7 @@ type serverOptions struct {
 
 // runServer builds the router from the config and serves until ctx ends.
 func runServer(ctx context.Context, o serverOptions) error {
+	watch := newWatcher(o.path, o.watchEvery) // the file as read here
 	cfg, err := configs.Load(o.path)
 	if err != nil {
 		return err
@@ -260,7 +261,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if o.watchEvery > 0 {
 		wctx, stopWatch := context.WithCancel(ctx)
 		var watching sync.WaitGroup
-		watching.Go(func() { watcher{path: o.path, every: o.watchEvery}.Run(wctx, fileChanged) })
+		watching.Go(func() { watch.Run(wctx, fileChanged) })
 		defer func() { stopWatch(); watching.Wait() }()
 	}
 	served := make(chan error, 1)

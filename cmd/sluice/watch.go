@@ -13,6 +13,17 @@ import (
 type watcher struct {
 	path  string
 	every time.Duration
+	from  fileStamp // the file as it was when the config was read
+}
+
+// newWatcher returns a watcher of path that reports changes from the file
+// as it is now: make it before reading the config. A watcher that stamped
+// the file only once it ran could take an edit made after the server was
+// ready for the file it started from, and never report it
+// (TestEditedConfigIsReloaded failed that way under load).
+func newWatcher(path string, every time.Duration) watcher {
+	from, _ := stamp(path)
+	return watcher{path: path, every: every, from: from}
 }
 
 type fileStamp struct {
@@ -31,7 +42,7 @@ func stamp(path string) (fileStamp, bool) {
 // Run sends on changed (without blocking: one pending change is enough)
 // whenever the file differs from when it last looked, until ctx ends.
 func (w watcher) Run(ctx context.Context, changed chan<- struct{}) {
-	last, _ := stamp(w.path)
+	last := w.from
 	t := time.NewTicker(w.every)
 	defer t.Stop()
 	for {
