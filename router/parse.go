@@ -24,15 +24,11 @@ type parsed struct {
 	stream       bool
 	maxTokens    int
 	user         string
-	includeUsage bool   // the client asked for stream_options.include_usage itself
-	serviceTier  string // as sent; "" when absent
-	promptTokens int
+	includeUsage bool     // the client asked for stream_options.include_usage itself
+	serviceTier  string   // as sent; "" when absent
+	promptTokens int      // jsonscan.ApproxTokens of the prompt (messages, prompt or input)
 	prefix       []uint64 // see prefixHashes
 }
-
-// bytesPerToken is the rough prompt estimate used until a tokenizer-aware
-// count exists: about four bytes of JSON per token.
-const bytesPerToken = 4
 
 // parseInference validates body as a JSON object carrying a model name and
 // returns its routing fields, or an *APIError naming the problem. The body
@@ -48,6 +44,7 @@ func parseInference(body []byte) (parsed, error) {
 		opts                 *streamOptions
 		err                  error
 		messages, promptText []byte
+		input                []byte
 	)
 	decode := func(name string, val []byte, into any) {
 		if err != nil || decodeSimple(val, into) {
@@ -86,6 +83,8 @@ func parseInference(body []byte) (parsed, error) {
 			messages = val
 		case "prompt":
 			promptText = val
+		case "input":
+			input = val
 		}
 	})
 	if !valid { // before any error decoding found: invalid JSON is named as such
@@ -99,10 +98,13 @@ func parseInference(body []byte) (parsed, error) {
 		return parsed{}, badRequest("model", "missing_required_parameter",
 			"you must provide a model parameter")
 	}
+	// Token ids exactly, text at four bytes a token. The whole body's
+	// bytes over four, as before, counted a token-id prompt 1.5 times over
+	// (an id and its comma are about six bytes), and every other field.
+	p.promptTokens = jsonscan.PromptTokens(messages, promptText, input, len(body))
 	if messages == nil {
 		messages = promptText
 	}
-	p.promptTokens = len(body) / bytesPerToken
 	p.prefix = prefixHashesOf(messages)
 	p.includeUsage = opts != nil && opts.IncludeUsage
 	switch {
@@ -204,3 +206,7 @@ func jsonKind(t reflect.Type) string {
 	}
 	return "another type"
 }
+
+// bytesPerToken is jsonscan's rough text size of a token, for the prefix
+// chunk's length in tokens.
+const bytesPerToken = jsonscan.BytesPerToken

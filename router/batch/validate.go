@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/sluice-llm/sluice/router/jsonscan"
 )
 
 // span is where one request sits in its input file.
@@ -77,6 +79,9 @@ type lineBody struct {
 	Model               string `json:"model"`
 	MaxTokens           *int   `json:"max_tokens"`
 	MaxCompletionTokens *int   `json:"max_completion_tokens"`
+	// The prompt, for its size (jsonscan.PromptTokens, as the router
+	// estimates it).
+	Messages, Prompt, Input json.RawMessage
 }
 
 // validate reads a batch's input line by line: each must be a JSON object
@@ -175,12 +180,8 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 	case body.MaxTokens != nil:
 		out = *body.MaxTokens
 	}
-	c.tokens += int64(len(in.Body)/bytesPerToken + max(out, 0))
+	c.tokens += int64(jsonscan.PromptTokens(body.Messages, body.Prompt, body.Input, len(in.Body)) + max(out, 0))
 }
-
-// bytesPerToken is the router's rough prompt estimate: about four bytes
-// of JSON per token.
-const bytesPerToken = 4
 
 // jsonProblem says what is wrong with a JSON value in a few words.
 func jsonProblem(err error) string {

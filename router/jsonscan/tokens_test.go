@@ -1,0 +1,59 @@
+package jsonscan
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestApproxTokens(t *testing.T) {
+	ids := make([]int, 2242)
+	for i := range ids {
+		ids[i] = 10000 + i
+	}
+	idsJSON, _ := json.Marshal(ids)
+	tests := []struct {
+		name string
+		v    string
+		want int
+	}{
+		{"token ids are counted exactly", string(idsJSON), 2242},
+		{"several prompts of token ids", `[[1,2,3],[4, 5]]`, 5},
+		{"a string by four bytes, rounded up", `"` + strings.Repeat("x", 4001) + `"`, 1001},
+		{"escapes count as their bytes", `"a\"b"`, 1},
+		{"empty string", `""`, 0},
+		{"a chat message: content plus about four framing tokens", `[{"role":"user","content":"` + strings.Repeat("y", 400) + `"}]`, 100 + 4},
+		{"negative and fractional numbers", `[-1, 2.5e3]`, 2},
+		{"literals count nothing", `[true,false,null]`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, ApproxTokens([]byte(tt.v)))
+		})
+	}
+}
+
+func FuzzApproxTokens(f *testing.F) {
+	for _, s := range []string{`[1,2]`, `"abc"`, `[{"a":"b\\\"c"}]`, `-0.5e+7`, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if !json.Valid(v) {
+			return
+		}
+		n := ApproxTokens(v)
+		if n < 0 || n > len(v) {
+			t.Fatalf("ApproxTokens(%q) = %d, outside 0..%d", v, n, len(v))
+		}
+	})
+}
+
+func BenchmarkApproxTokens200KB(b *testing.B) {
+	v := []byte(`[{"role":"user","content":"` + strings.Repeat("lorem ipsum ", 200_000/12) + `"}]`)
+	b.SetBytes(int64(len(v)))
+	for b.Loop() {
+		ApproxTokens(v)
+	}
+}
