@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/quota"
 	"github.com/sluice-llm/sluice/router/auth"
+	"github.com/sluice-llm/sluice/router/jsonscan"
 	"github.com/sluice-llm/sluice/router/measure"
 	"github.com/sluice-llm/sluice/router/middleware"
 	"github.com/sluice-llm/sluice/router/proxy"
@@ -94,7 +95,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	}
 	preq := policies.Request{Model: req.model, Stream: req.stream, PromptTokens: req.promptTokens,
 		MaxTokens: req.maxTokens, User: req.user, SessionKey: session, PrefixHashes: req.prefix,
-		PrefixChunkTokens: prefixChunk / bytesPerToken}
+		PrefixChunkTokens: prefixChunk / jsonscan.BytesPerToken}
 	class, err := serviceClass(req.serviceTier, tenant)
 	if err != nil {
 		return err

@@ -26,7 +26,7 @@ type parsed struct {
 	user         string
 	includeUsage bool     // the client asked for stream_options.include_usage itself
 	serviceTier  string   // as sent; "" when absent
-	promptTokens int      // jsonscan.ApproxTokens of the prompt (messages, prompt or input)
+	promptTokens int      // jsonscan.PromptTokens: token ids exactly, text at four bytes a token
 	prefix       []uint64 // see prefixHashes
 }
 
@@ -98,9 +98,6 @@ func parseInference(body []byte) (parsed, error) {
 		return parsed{}, badRequest("model", "missing_required_parameter",
 			"you must provide a model parameter")
 	}
-	// Token ids exactly, text at four bytes a token. The whole body's
-	// bytes over four, as before, counted a token-id prompt 1.5 times over
-	// (an id and its comma are about six bytes), and every other field.
 	p.promptTokens = jsonscan.PromptTokens(messages, promptText, input, len(body))
 	if messages == nil {
 		messages = promptText
@@ -206,7 +203,3 @@ func jsonKind(t reflect.Type) string {
 	}
 	return "another type"
 }
-
-// bytesPerToken is jsonscan's rough text size of a token, for the prefix
-// chunk's length in tokens.
-const bytesPerToken = jsonscan.BytesPerToken
