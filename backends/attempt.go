@@ -170,6 +170,9 @@ func (a *Attempt) FirstToken(ttft time.Duration) {
 	}
 	a.prefilling = false
 	a.ep.EndPrefill(a.prompt)
+	if ttft > 0 && a.prompt > 0 {
+		a.ep.sig.streamTimed.Store(true)
+	}
 	a.ep.ObserveTTFT(ttft)
 	a.ep.ObservePrefill(a.ahead, int(a.prompt), ttft)
 }
@@ -181,9 +184,16 @@ func (a *Attempt) FirstToken(ttft time.Duration) {
 // is folded in as FirstToken folds a measured one. Without a measured
 // decode rate, or when the estimate is not positive, nothing is learnt.
 // The attempt is one begun with StartWhole.
+//
+// Once the endpoint has timed a streamed first token, whole answers teach
+// it nothing more: their estimate is the difference of two larger times
+// and swings far either way when the decode rate of the moment differs from
+// the measured one (beside a batch of whole answers, a live run's prefill
+// rate for an H100 gpuworker read from 4,700 to 4.6 million tokens/s), and
+// streams time the same first tokens exactly.
 func (a *Attempt) WholeAnswer(d time.Duration, tokens int64) {
 	rate := a.ep.TokensPerSec()
-	if rate <= 0 || tokens <= 0 || d <= 0 {
+	if rate <= 0 || tokens <= 0 || d <= 0 || a.ep.sig.streamTimed.Load() {
 		return
 	}
 	ttft := d - time.Duration(float64(tokens-1)/rate*float64(time.Second))

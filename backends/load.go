@@ -38,6 +38,7 @@ type signals struct {
 	sentPrompt       atomic.Int64  // prompt tokens of every BeginPrefill
 	sentPrefills     atomic.Int64  // number of BeginPrefill calls
 	prefillRate      atomic.Uint64 // float64 bits, tokens/s; 0 until the first observation
+	streamTimed      atomic.Bool   // a streamed first token has been timed (Attempt.FirstToken)
 }
 
 // Load returns the last scraped engine state, or nil when the endpoint has

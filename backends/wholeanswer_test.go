@@ -32,3 +32,20 @@ func TestWholeAnswerEstimatesTheFirstToken(t *testing.T) {
 	a.Finish(Outcome{Class: ClassOK})
 	assert.InDelta(t, time.Second.Seconds(), e.TTFT().Seconds(), 1e-9)
 }
+
+func TestWholeAnswersTeachNothingOnceAStreamIsTimed(t *testing.T) {
+	e, err := NewEndpoint("http://127.0.0.1:1", 1)
+	require.NoError(t, err)
+	e.ObserveDecode(100, time.Second) // 100 tokens/s
+
+	a := e.Start(100, 200)
+	a.FirstToken(100 * time.Millisecond) // a stream: 1,000 prompt tokens/s, TTFT 0.1 s
+	a.Finish(Outcome{Class: ClassOK})
+	require.InDelta(t, 1000.0, e.PrefillTokensPerSec(), 1e-9)
+
+	w := e.StartWhole(100, 200)
+	w.WholeAnswer(2*time.Second, 101) // would read as a 1 s first token
+	w.Finish(Outcome{Class: ClassOK})
+	assert.InDelta(t, 1000.0, e.PrefillTokensPerSec(), 1e-9, "the streamed measurement stands")
+	assert.InDelta(t, 0.1, e.TTFT().Seconds(), 1e-9)
+}

@@ -105,11 +105,11 @@ func attempts(t *testing.T, tr *http.Transport, addr, backend string) float64 {
 // TestDefaultPolicyAvoidsASlowedWorker is the same check with the default
 // policy, which ranks workers by the time to first token it expects there
 // (from the prefill it has queued on each and each one's measured prefill
-// rate). Half the requests stream, which times first tokens; the other
-// half are answered whole, and their time to first token is estimated from
-// the whole answer's time less its decode at the worker's measured rate
-// (backends.Attempt.WholeAnswer), so both kinds teach the router that the
-// slowed worker starts late. After the slowdown a request there takes 300
+// rate). Half the requests stream, which times first tokens and teaches
+// the router that the slowed worker starts late; the other half are
+// answered whole (once a stream is timed they teach nothing:
+// backends.Attempt.WholeAnswer) and are routed by what the streams taught.
+// After the slowdown a request there takes 300
 // ms to start against milliseconds on the other, so a share near a half
 // falls well below a quarter.
 func TestDefaultPolicyAvoidsASlowedWorker(t *testing.T) {
