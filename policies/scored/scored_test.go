@@ -143,6 +143,8 @@ func TestNewRejectsBadParams(t *testing.T) {
 		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "slack": -1}}}, "scorers[0].slack"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "congestion": -1}}}, "scorers[0].congestion"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "queue_depth", "slack": 1}}}, "scorers[0]: only the ttft scorer"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "budget_cap": 2}}}, "scorers[0]: only the ttft scorer"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "budget_cap": 0.5}}}, "scorers[0].budget_cap: want >= 1"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "bias": 3}}}, "bias"},
 		{map[string]any{"picker": "min"}, "picker"},
 		{map[string]any{"tolerance": 2}, "tolerance"},
@@ -267,15 +269,22 @@ func TestTTFTScorerCongested(t *testing.T) {
 	eps := congestedFleet(t)
 	p := primed(scorers(map[string]any{"type": "ttft"}))
 
-	// A short prompt's budget, 0.51 s x (1 + 2 x 100/1,000), fits only the
+	// A short prompt's budget, 0.51 s x (1 + 3 x 100/1,000), fits only the
 	// least loaded endpoint.
 	assert.Equal(t, 0, pick(p, 100, eps))
-	// A long one may start up to 1 s x (1 + 2 x 5) = 11 s: it takes the
-	// fullest endpoint within that, leaving the short queue to short
-	// prompts.
+	// A long one may start up to 1 s x min(1 + 3 x 5, 6) = 6 s: it takes
+	// the fullest endpoint within that (2.5 s on the second; 6.5 s on the
+	// third is past the cap), leaving the short queue to short prompts.
+	assert.Equal(t, 1, pick(p, 5000, eps))
+	// A middling one (budget 0.6 s x 4 = 2.4 s) fits the second too.
+	assert.Equal(t, 1, pick(p, 1000, eps))
+
+	// Without the cap (1 + 3 x 5 = 16 s) the long one takes the fullest.
+	p = primed(scorers(map[string]any{"type": "ttft", "budget_cap": 100}))
 	assert.Equal(t, 2, pick(p, 5000, eps))
-	// A middling one (budget 0.6 s x 3.0 = 1.8 s) fits none but the first;
-	// 2.1 s on the second is past it.
+	// With slack 2 a middling one (budget 0.6 s x 3 = 1.8 s) fits none but
+	// the first; 2.1 s on the second is past it.
+	p = primed(scorers(map[string]any{"type": "ttft", "slack": 2}))
 	assert.Equal(t, 0, pick(p, 1000, eps))
 
 	// Without slack, every prompt goes where it starts soonest.
