@@ -77,7 +77,7 @@ validate: build
 fidelity: build
 	./deploy/fidelity.sh
 
-## fuzz: a short run of each fuzz target
+## fuzz: a short run of each fuzz target (FUZZTIME: a time, or a count of inputs such as 20000x)
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseInference -fuzztime=$(FUZZTIME) ./router
