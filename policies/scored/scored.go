@@ -96,12 +96,12 @@ const prefixTableBits = 18
 
 // DefaultScorers is what scored weighs when the config names no scorers,
 // and so Sluice's default routing: expected TTFT at weight 2 (with
-// congested packing at slack 3 and budget cap 6 past 0.25 s), queue depth, free KV cache and
-// prefix affinity at weight 1 each. The weights and the packing's slack
-// and congestion come from `make bench-policies` on seed 1, the budget cap
-// (and slack 3 with it) from the Azure code trace at 0.8 on seeds 0 and 1,
-// where it lowered p50 and p99 TTFT and raised goodput on both. Expected TTFT leads
-// because it is the one signal that knows a GPU's speed: on the
+// congested packing at slack 3 and budget cap 6 past 0.25 s), queue depth,
+// free KV cache and prefix affinity at weight 1 each. The weights and the
+// packing's slack and congestion come from `make bench-policies` on seed
+// 1, the budget cap (and slack 3 with it) from the Azure code trace at 0.8
+// on seeds 0 and 1, where it lowered p50 and p99 TTFT and raised goodput
+// on both. Expected TTFT leads because it is the one signal that knows a GPU's speed: on the
 // prefill-heavy Azure code trace over H100s and L4s it keeps long prompts
 // off the slow GPUs' queues. Balancing it alone gave the best p99 TTFT
 // under bursts but made every request wait alike, so p2c, which wastes the
