@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +27,9 @@ type admissionFlags struct {
 	detour   time.Duration
 	kvMax    float64
 	batchPre time.Duration
+	weights  string
+
+	tenantWeights map[string]float64 // parsed --tenant-weights
 
 	waits      [admission.NumClasses]time.Duration // parsed --max-wait
 	budgetAll  int                                 // --budget N
@@ -39,6 +44,7 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.detour, "max-detour", 0, "with --admission, a worker takes the next request only if the request's estimated time to first token there is within this of its best estimate on any worker; otherwise the request waits for one that suits it and later ones may go ahead (default 1s; negative = off)")
 	fs.Float64Var(&a.kvMax, "kv-max", 0, "with --admission, the scraped KV-cache use (0..1) at which a busy worker takes no more requests (default 0.95; negative = off)")
 	fs.DurationVar(&a.batchPre, "batch-prefill", 0, "with --admission and --batch, while a worker has other requests in flight it takes a batch line only if the prompts bound to it and not yet prefilled, the line's included, take at most this at its prefill rate, so the batch stays in what the other requests leave (default 50ms; negative = off)")
+	fs.StringVar(&a.weights, "tenant-weights", "", "with --admission and --tenants, tenants' weights in the queue's token-fair share, e.g. light=4 (default 1 each): a tenant with weight W is served W tokens for every token of a weight-1 tenant while both wait")
 	fs.IntVar(&a.queueMax, "queue-max", 0, "with --admission, the most requests that may wait; a full queue sheds flex first (default 100000)")
 }
 
@@ -47,6 +53,21 @@ func (a *admissionFlags) validate() error {
 	var errs []error
 	if !a.admit && (a.maxWait != "" || a.budget != "" || a.queueMax != 0) {
 		errs = append(errs, errors.New("--max-wait, --budget and --queue-max need --admission"))
+	}
+	if !a.admit && a.weights != "" {
+		errs = append(errs, errors.New("--tenant-weights needs --admission"))
+	}
+	if a.weights != "" {
+		a.tenantWeights = map[string]float64{}
+		for item := range strings.SplitSeq(a.weights, ",") {
+			name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+			w, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if !ok || strings.TrimSpace(name) == "" || err != nil || w < 1 || math.IsInf(w, 0) {
+				errs = append(errs, fmt.Errorf("--tenant-weights %q: want TENANT=W with W at least 1", item))
+				continue
+			}
+			a.tenantWeights[strings.TrimSpace(name)] = w
+		}
 	}
 	if a.queueMax < 0 {
 		errs = append(errs, errors.New("--queue-max must not be negative"))
@@ -88,6 +109,17 @@ func (a *admissionFlags) validate() error {
 	return errors.Join(errs...)
 }
 
+// checkTenants checks that --tenant-weights names only tenants of
+// --tenants.
+func (a *admissionFlags) checkTenants(tenants []string) error {
+	for name := range a.tenantWeights {
+		if !slices.Contains(tenants, name) {
+			return fmt.Errorf("--tenant-weights: --tenants names no tenant %q", name)
+		}
+	}
+	return nil
+}
+
 // checkSpec checks that --budget names only profiles of the fleet.
 func (a *admissionFlags) checkSpec(spec fleet.Spec) error {
 	for name := range a.budgetByPr {
@@ -107,7 +139,7 @@ func (a *admissionFlags) options(spec fleet.Spec, reqs []workload.Request) *flee
 	if !a.admit {
 		return nil
 	}
-	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, MaxDetour: a.detour, KVMax: a.kvMax, BatchPrefill: a.batchPre}
+	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, MaxDetour: a.detour, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
 	if a.budgetAll > 0 || a.budgetByPr != nil {
 		for _, g := range spec {
 			n := a.budgetAll

@@ -68,6 +68,53 @@ func TestSimulateAdmissionSplitsByClassAndTenant(t *testing.T) {
 	assert.LessOrEqual(t, groups[1].(map[string]any)["peak_in_flight"], 4.0)
 }
 
+// Two tenants sending equal tokens at overload: the one weighted 4 waits
+// less, since it is served 4 tokens to the other's 1 while both wait.
+func TestSimulateTenantWeights(t *testing.T) {
+	p50 := func(extra ...string) (a, b float64) {
+		out := filepath.Join(t.TempDir(), "sim.json")
+		args := append([]string{"simulate", "--fleet", "2xh100-llama3-8b", "--synthetic", "--requests", "1500",
+			"--load", "1.5", "--policy", "default", "--admission", "--tenants", "a=1,b=1", "--json", out}, extra...)
+		code, _, stderr := runCLI(t, args...)
+		require.Equal(t, exitOK, code, stderr)
+		tenants := readJSON(t, out)["results"].([]any)[0].(map[string]any)["tenants"].(map[string]any)
+		ttft := func(n string) float64 {
+			return tenants[n].(map[string]any)["ttft_ms"].(map[string]any)["p50"].(float64)
+		}
+		return ttft("a"), ttft("b")
+	}
+	a, b := p50()
+	wa, wb := p50("--tenant-weights", "b=4")
+	assert.Less(t, wb, b, "b weighted 4 waits less than at weight 1")
+	assert.Greater(t, wa, a, "and a more")
+	assert.Less(t, wb, wa/2)
+}
+
+// --only-tenant runs one tenant's requests as they were drawn beside the
+// others: the same count, at a fraction of the offered load.
+func TestSimulateOnlyTenant(t *testing.T) {
+	run := func(extra ...string) map[string]any {
+		out := filepath.Join(t.TempDir(), "sim.json")
+		args := append([]string{"simulate", "--fleet", "2xh100-llama3-8b", "--synthetic", "--requests", "1000",
+			"--load", "1.2", "--policy", "default", "--admission", "--tenants", "heavy=10,light=1", "--json", out}, extra...)
+		code, _, stderr := runCLI(t, args...)
+		require.Equal(t, exitOK, code, stderr)
+		return readJSON(t, out)
+	}
+	both, alone := run(), run("--only-tenant", "light")
+	tenants := func(j map[string]any) map[string]any {
+		return j["results"].([]any)[0].(map[string]any)["tenants"].(map[string]any)
+	}
+	light := tenants(both)["light"].(map[string]any)["completed"].(float64)
+	require.Positive(t, light)
+	assert.Equal(t, light, alone["requests"].(float64))
+	assert.Equal(t, light, tenants(alone)["light"].(map[string]any)["completed"].(float64))
+	if heavy, ok := tenants(alone)["heavy"].(map[string]any); ok {
+		assert.Zero(t, heavy["completed"].(float64)+heavy["failed"].(float64))
+	}
+	assert.Less(t, alone["offered_load"].(float64), both["offered_load"].(float64)/5)
+}
+
 func TestSimulateAdmissionFullTable(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "simulate", "--fleet", "2xh100-llama3-8b", "--synthetic", "--requests", "300",
 		"--admission", "--policy", "round_robin")
@@ -93,6 +140,12 @@ func TestSimulateClassFlagErrors(t *testing.T) {
 		{"bad max wait", []string{"--admission", "--max-wait", "flex=soon"}},
 		{"max wait of no class", []string{"--admission", "--max-wait", "batch=1m"}},
 		{"negative queue", []string{"--admission", "--queue-max", "-1"}},
+		{"weights without admission", []string{"--tenants", "a=1", "--tenant-weights", "a=2"}},
+		{"weight below 1", []string{"--admission", "--tenants", "a=1", "--tenant-weights", "a=0.5"}},
+		{"bad weight", []string{"--admission", "--tenants", "a=1", "--tenant-weights", "a=x"}},
+		{"weight of no tenant", []string{"--admission", "--tenants", "a=1", "--tenant-weights", "b=2"}},
+		{"only a tenant not drawn", []string{"--tenants", "a=1", "--only-tenant", "b"}},
+		{"only a tenant without tenants", []string{"--only-tenant", "a"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

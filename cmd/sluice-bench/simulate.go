@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluice-llm/sluice/gpuworker/fleet"
 	"github.com/sluice-llm/sluice/gpuworker/workload"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/all"
 )
 
@@ -49,6 +51,7 @@ type simFlags struct {
 	table              string
 	saturation         bool
 	oracleAging        time.Duration
+	onlyTenant         string
 }
 
 func newSimFlagSet(f *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -91,6 +94,7 @@ Flags:
 	fs.StringVar(&f.table, "table", tableFull, "output: full (a report per policy, then a comparison) or compact (one comparison table with a scenario header)")
 	fs.DurationVar(&f.oracleAging, "oracle-aging", 0, "order the reference's (--oracle) queue shortest job first with aging, by arrival + this per 1,000 prompt tokens, instead of first come, first served (0); e.g. 3s")
 	fs.BoolVar(&f.saturation, "saturation", false, "instead of comparing policies, measure the fleet's saturation throughput for the workload (the reference scheduler, Poisson arrivals, bisection) and print it beside the capacity estimate")
+	fs.StringVar(&f.onlyTenant, "only-tenant", "", "with --tenants, simulate only this `tenant`'s requests, at the times and sizes they have beside the others: the tenant's run alone")
 	f.shapeFlags.register(fs)
 	f.classFlags.register(fs)
 	f.admissionFlags.register(fs)
@@ -133,6 +137,8 @@ func (f *simFlags) validate() error {
 	}
 	if err := f.classFlags.validate(); err != nil {
 		errs = append(errs, err)
+	} else if f.onlyTenant != "" && !slices.Contains(f.tenantNames(), f.onlyTenant) {
+		errs = append(errs, fmt.Errorf("--only-tenant %q: --tenants names no such tenant", f.onlyTenant))
 	}
 	if err := f.admissionFlags.validate(); err != nil {
 		errs = append(errs, err)
@@ -156,6 +162,10 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	spec, err := fleet.ParseSpec(f.fleet)
 	if err != nil {
+		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+		return exitUsage
+	}
+	if err := f.admissionFlags.checkTenants(f.tenantNames()); err != nil {
 		fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 		return exitUsage
 	}
@@ -229,6 +239,10 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return exitOK
 	}
 
+	classes, tenantOf := f.classes(len(reqs), f.seed), f.tenantsOf(len(reqs), f.seed)
+	if f.onlyTenant != "" {
+		reqs, classes, tenantOf = onlyTenant(f.onlyTenant, reqs, classes, tenantOf)
+	}
 	offered := workload.Summarize(reqs).RatePerSec / capacity
 	out := simOutput{
 		Scenario: f.scenario(spec, capacity, offered, len(reqs)), Workload: f.workloadName(),
@@ -243,7 +257,6 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	samples := make([]report.Sample, len(reqs))
 	weights := fleet.CapacityWeights(spec, reqs)
 	fmt.Fprintf(stderr, "sluice-bench simulate: endpoint weights (capacity-proportional, as an operator would write them):%s\n", groupWeights(spec, weights))
-	classes, tenantOf := f.classes(len(reqs), f.seed), f.tenantsOf(len(reqs), f.seed)
 	describeShares(stderr, reqs, classes, tenantOf)
 	adm := f.options(spec, reqs)
 	if adm != nil {
@@ -612,4 +625,25 @@ func groupWeights(spec fleet.Spec, weights []int) string {
 		w += g.Count
 	}
 	return b.String()
+}
+
+// onlyTenant keeps the requests of tenant (and their classes), at their
+// arrival times: the tenant's part of the workload, run without the others.
+func onlyTenant(tenant string, reqs []workload.Request, classes []admission.Class, tenantOf []string) ([]workload.Request, []admission.Class, []string) {
+	var kr []workload.Request
+	var kc []admission.Class
+	for i, t := range tenantOf {
+		if t != tenant {
+			continue
+		}
+		kr = append(kr, reqs[i])
+		if classes != nil {
+			kc = append(kc, classes[i])
+		}
+	}
+	kt := make([]string, len(kr))
+	for i := range kt {
+		kt[i] = tenant
+	}
+	return kr, kc, kt
 }
