@@ -34,11 +34,13 @@
 #
 # Builds nothing: run `make build` first. Knobs (environment): H100S=2 L4S=2
 # SPEEDUP=2 LOAD=0.6 DURATION=480 (simulated seconds of interactive load:
-# the whole trace at 0.6) N=20000 CONCURRENCY=512 (batch.concurrency)
-# BATCH_PREFILL= (admission.batch_prefill; empty = Sluice's default, -1ms =
-# off) RUNS="batch-alone alone batch
-# ordinary" TRACE=<azure code trace> BASE_PORT=19800 (workers BASE_PORT..,
-# Sluice BASE_PORT-1) BIN=bin GOODPUT_TTFT=1s GOODPUT_TPOT=100ms
+# the whole trace at 0.6) N=20000 CONCURRENCY=64 (batch.concurrency,
+# Sluice's default; ALONE_CONCURRENCY=512 in the batch-alone run, so that
+# it measures the fleet's throughput) BATCH_PREFILL=<50ms / SPEEDUP> (admission.batch_prefill
+# in wall time: the simulator's 50ms in simulated time; set empty for
+# Sluice's default, -1ms for off) RUNS="batch-alone alone batch ordinary"
+# TRACE=<azure code trace> BASE_PORT=19800 (workers BASE_PORT.., Sluice
+# BASE_PORT-1) BIN=bin GOODPUT_TTFT=1s GOODPUT_TPOT=100ms
 # BATCH_TIMEOUT=1800 (wall seconds a batch may run) PENDING=0
 # (admission.max_pending_prompt_tokens; 0 = off) KEEP=1 (keep the files)
 set -euo pipefail
@@ -52,8 +54,11 @@ SPEEDUP=${SPEEDUP:-2}
 LOAD=${LOAD:-0.6}
 DURATION=${DURATION:-480}
 N=${N:-20000}
-CONCURRENCY=${CONCURRENCY:-512}
-BATCH_PREFILL=${BATCH_PREFILL:-}
+CONCURRENCY=${CONCURRENCY:-64}
+ALONE_CONCURRENCY=${ALONE_CONCURRENCY:-512}
+# The bound is wall time, the workers run SPEEDUP times faster: Sluice's
+# default 50ms in simulated time, as simulate --admission runs it.
+BATCH_PREFILL=${BATCH_PREFILL-$(awk -v s="$SPEEDUP" 'BEGIN { printf "%gms", 50 / s }')}
 RUNS=${RUNS:-batch-alone alone batch ordinary}
 TRACE=${TRACE:-../shared/workloads/azure_llm_2023_code.csv}
 BASE_PORT=${BASE_PORT:-19800}
@@ -101,7 +106,7 @@ BATCH_KEY=sk-bench-batch-$$
 "$BIN/sluice-bench" batch-file --trace "$TRACE" --lines "$N" --seed 7 --model "$MODEL" \
 	--out "$tmp/batch.jsonl" --csv "$tmp/batch.csv"
 
-config() { # data dir, batch_prefill (empty: Sluice's default)
+config() { # data dir, batch_prefill (empty: Sluice's default), batch.concurrency
 	cat <<EOF
 listen: 127.0.0.1:$PORT
 log:
@@ -122,7 +127,7 @@ tenants:
 batch:
   enabled: true
   data_dir: $1
-  concurrency: $CONCURRENCY
+  concurrency: $3
 models:
   - name: $MODEL
     admission:
@@ -155,10 +160,11 @@ start() { # run name: fresh workers and a fresh Sluice
 	for p in $(seq "$BASE_PORT" $((BASE_PORT + WORKERS - 1))); do wait_for "http://127.0.0.1:$p/health"; done
 	mkdir -p "$tmp/$1-data"
 	# The batch alone measures the fleet's whole throughput for it: no
-	# batch bound there (as simulate --batch's reference run).
-	local bp=$BATCH_PREFILL
-	[ "$1" = batch-alone ] && bp=-1ms
-	config "$tmp/$1-data" "$bp" >"$tmp/$1.yaml"
+	# batch bound there and ALONE_CONCURRENCY lines at once (simulate
+	# --batch's reference run sends them all).
+	local bp=$BATCH_PREFILL conc=$CONCURRENCY
+	[ "$1" = batch-alone ] && bp=-1ms conc=$ALONE_CONCURRENCY
+	config "$tmp/$1-data" "$bp" "$conc" >"$tmp/$1.yaml"
 	"$BIN/sluice" serve --config "$tmp/$1.yaml" --watch 0 2>"$tmp/$1-sluice.log" & pids+=($!)
 	wait_for "$URL/readyz"
 	# Sluice's metrics once a second, each line stamped with the wall clock.
@@ -253,7 +259,7 @@ for r in $RUNS; do
 done
 
 echo "fleet $FLEET at speedup $SPEEDUP (figures in simulated time); admission budgets h100 $H100_BUDGET, l4 $L4_BUDGET;" \
-	"batch.concurrency $CONCURRENCY; max_pending_prompt_tokens $PENDING; batch_prefill ${BATCH_PREFILL:-default}"
+	"batch.concurrency $CONCURRENCY (batch-alone $ALONE_CONCURRENCY); max_pending_prompt_tokens $PENDING; batch_prefill ${BATCH_PREFILL:-default}"
 echo "interactive: $(basename "$TRACE") at --load $LOAD for ${DURATION}s, streamed; batch: $N chat requests drawn from the trace"
 echo
 python3 - "$tmp" "$SPEEDUP" "$RUNS" <<'PY'
@@ -407,6 +413,20 @@ if batch_alone_rps is not None and offered is not None:
             if r["run"] in ("batch", "ordinary") and r.get("bwin") is not None and spare2 > 0:
                 print(f"  {r['run']}: {r['bwin'] / (spare2 * mean_out):.2f}x that spare in the interactive window;"
                       f" over the whole batch {r.get('brps', 0) / batch_alone_rps:.2f}x the batch-alone rate")
+# Over the batch's whole run, as "simulate --batch" reports "vs spare": the
+# batch's lines/s over the fleet's lines/s for it alone (measured by the
+# batch-alone run, else the capacity estimate) times the share of capacity
+# the interactive arrivals during the batch leave.
+if cap:
+    alone_rps, how = (batch_alone_rps, "measured") if batch_alone_rps else (cap, "estimated")
+    for r in rows:
+        if r["run"] not in ("batch", "ordinary") or not r.get("bdur") or r.get("ok") is None:
+            continue
+        arrived = (r["ok"] + r["failed"]) * min(1.0, r["bdur"] / r["idur"]) if r.get("idur") else 0
+        share = max(0.0, 1 - arrived / r["bdur"] / cap)
+        print(f"  {r['run']}: over the whole batch {r['brps']:.2f} lines/s = {r['brps'] / (alone_rps * share):.2f}x the"
+              f" spare (batch alone {alone_rps:.2f} lines/s, {how}, x (1 - interactive load {1 - share:.2f} over the batch's"
+              f" {r['bdur']:.0f} s))")
 for n in notes:
     print("note: " + n)
 PY
