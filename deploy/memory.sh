@@ -16,12 +16,17 @@
 #            to an instant gpuworker and through Sluice (defaults, request
 #            log on), at concurrency 100 (closed loop) and 1: TTFT p50/p99
 #            added over direct, and Sluice's CPU (utime+stime) per request.
+#            Then "paced": Poisson arrivals at 100 / LONG_LATENCY per
+#            second to an instant worker that answers after LONG_LATENCY
+#            (4s), as a GPU queueing such prompts would: about 100 in flight
+#            at 25 requests/s, which does not saturate the cores, so what
+#            Sluice adds is not CPU queueing.
 # Each open stream holds two file descriptors in Sluice (client and
 # backend), so STREAMS open at once need 2 x STREAMS plus a few; the script
 # raises the open-files limit as far as the hard limit allows and prints
 # how many streams fit.
 # Assumes `make build`; KEEP=DIR keeps the samples, reports and logs.
-# STREAMS=0 skips the streams part (the long prompts alone take ~30 s).
+# STREAMS=0 skips the streams part (the long prompts alone take ~45 s).
 #   STREAMS=10000 RAMP=1000 LONG_REQUESTS=1000 ./deploy/memory.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +36,7 @@ BIN=${BIN:-bin}
 STREAMS=${STREAMS:-10000}
 RAMP=${RAMP:-1000}                   # stream arrivals per second
 LONG_REQUESTS=${LONG_REQUESTS:-1000} # 200 KB-prompt requests per target at concurrency 100 (a third at 1)
+LONG_LATENCY=${LONG_LATENCY:-4s}     # the paced worker's delay before it answers, in seconds ("4s")
 SPORT=${SPORT:-8731}                 # Sluice for streams; SPORT+1 for long prompts; admin on +10, +11
 WPORT=${WPORT:-9731}                 # trickle workers on WPORT..WPORT+3; the instant worker on WPORT+4
 CPORT=${CPORT:-9739}                 # the body-size check's capture server
@@ -113,6 +119,10 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 PY
 "$BIN/gpuworker" --listen "127.0.0.1:$((WPORT + 4))" --model llama-3-8b --profile instant 2>"$tmp/instant.log" & pids+=($!)
+# The same, answering after a fixed LONG_LATENCY (as a GPU prefilling a long
+# prompt would), so 100 requests in flight do not saturate the cores.
+"$BIN/gpuworker" --listen "127.0.0.1:$((WPORT + 5))" --model paced --profile instant \
+	--added-latency "$LONG_LATENCY" 2>"$tmp/paced.log" & pids+=($!)
 cat > "$tmp/long.yaml" <<YAML
 listen: 127.0.0.1:$((SPORT + 1))
 admin:
@@ -121,19 +131,24 @@ models:
   - name: llama-3-8b
     backends:
       - url: http://127.0.0.1:$((WPORT + 4))
+  - name: paced
+    backends:
+      - url: http://127.0.0.1:$((WPORT + 5))
 YAML
 "$BIN/sluice" serve --config "$tmp/long.yaml" 2>"$tmp/long-sluice.log" & pids+=($!); lpid=$!
 wait_for "http://127.0.0.1:$((WPORT + 4))/health"
+wait_for "http://127.0.0.1:$((WPORT + 5))/health"
 wait_for "http://127.0.0.1:$((SPORT + 1))/readyz"
 for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$CPORT/" && break; sleep 0.1; done
-long=(--model llama-3-8b --rate 100000 --duration 10m --quiet
+long=(--duration 10m --quiet
 	--prompt-mean 36000 --prompt-sigma 0 --prompt-max 36000 --output-mean 4 --output-sigma 0)
-"$BIN/sluice-bench" load --target "http://127.0.0.1:$CPORT" "${long[@]}" --requests 1 >/dev/null 2>&1
+"$BIN/sluice-bench" load --target "http://127.0.0.1:$CPORT" --model llama-3-8b --rate 100000 "${long[@]}" --requests 1 >/dev/null 2>&1
 ticks() { read -ra f < "/proc/$lpid/stat"; echo $((f[13] + f[14])); }
-run() { # run NAME TARGET CONCURRENCY REQUESTS SEED
+run() { # run NAME TARGET CONCURRENCY REQUESTS SEED [MODEL [RATE]]
 	local before after
 	before=$(ticks)
-	"$BIN/sluice-bench" load --target "$2" "${long[@]}" --stream --concurrency "$3" --requests "$4" \
+	"$BIN/sluice-bench" load --target "$2" --model "${6:-llama-3-8b}" --rate "${7:-100000}" "${long[@]}" --stream \
+		--concurrency "$3" --requests "$4" \
 		--seed "$5" --json "$tmp/long-$1.json" >/dev/null 2>&1
 	after=$(ticks)
 	echo "$1 $((after - before)) $4" >> "$tmp/long-cpu.txt"
@@ -145,6 +160,12 @@ run direct-100 "$direct" 100 "$LONG_REQUESTS" 102
 run sluice-100 "$sluice" 100 "$LONG_REQUESTS" 103
 run direct-1 "$direct" 1 $((LONG_REQUESTS / 3)) 104
 run sluice-1 "$sluice" 1 $((LONG_REQUESTS / 3)) 105
+paced="http://127.0.0.1:$((WPORT + 5))"
+# Poisson arrivals at 100 / LONG_LATENCY per second: about 100 in flight,
+# not sent in waves as a closed loop's would be.
+rate=$(awk -v l="${LONG_LATENCY%s}" 'BEGIN { printf "%g", 100 / l }')
+run direct-paced "$paced" 1000 "$LONG_REQUESTS" 106 paced "$rate"
+run sluice-paced "$sluice" 1000 "$LONG_REQUESTS" 107 paced "$rate"
 
 python3 - "$tmp" "$STREAMS" "$RAMP" "$(ulimit -n)" "$(cat /proc/sys/net/core/somaxconn)" "$(getconf CLK_TCK)" <<'PY'
 import json, re, sys
@@ -182,7 +203,7 @@ cpu = {l.split()[0]: int(l.split()[1]) / hz * 1e6 / int(l.split()[2]) for l in o
 print(f"long prompts: {int(toks):,} token ids = {int(size):,} bytes of JSON per request, streamed, 4 output tokens")
 print(f"  {'concurrency':<12}{'target':<8}{'completed':>10}{'failed':>7}{'TTFT p50 ms':>12}{'TTFT p99 ms':>12}{'req/s':>7}"
       f"{'p50 added':>10}{'p99 added':>10}{'Sluice CPU/req':>15}")
-for c in ("100", "1"):
+for c in ("100", "1", "paced"):
     d = json.load(open(f"{tmp}/long-direct-{c}.json"))
     for t in ("direct", "sluice"):
         x = json.load(open(f"{tmp}/long-{t}-{c}.json"))
@@ -190,6 +211,7 @@ for c in ("100", "1"):
             f"{x['ttft_ms']['p50'] - d['ttft_ms']['p50']:.2f}", f"{x['ttft_ms']['p99'] - d['ttft_ms']['p99']:.2f}", f"{cpu[f'sluice-{c}']:.0f} us")
         print(f"  {c:<12}{t:<8}{x['completed']:>10,}{x['failed']:>7}{x['ttft_ms']['p50']:>12.2f}{x['ttft_ms']['p99']:>12.2f}"
               f"{x['request_throughput']:>7.0f}{add[0]:>10}{add[1]:>10}{add[2]:>15}")
-print("  (target: under 5 ms added at p99; client, worker and Sluice share the machine's cores)")
+print("  (target: under 5 ms added at p99; client, worker and Sluice share the machine's cores; 'paced': about 100 in"
+      " flight, Poisson arrivals, to a worker that answers after a fixed delay, so the cores are not saturated)")
 PY
 [ "$STREAMS" -gt 0 ] && grep -m 3 'too many open files' "$tmp/streams-sluice.log" | cut -c1-300 | sed 's/^/sluice log: /' || true
