@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,15 +57,16 @@ func (a *admissionFlags) validate() error {
 		errs = append(errs, errors.New("--tenant-weights needs --admission"))
 	}
 	if a.weights != "" {
+		shares, err := parseShares(a.weights)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--tenant-weights: %w", err))
+		}
 		a.tenantWeights = map[string]float64{}
-		for item := range strings.SplitSeq(a.weights, ",") {
-			name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
-			w, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if !ok || strings.TrimSpace(name) == "" || err != nil || w < 1 || math.IsInf(w, 0) {
-				errs = append(errs, fmt.Errorf("--tenant-weights %q: want TENANT=W with W at least 1", item))
-				continue
+		for _, sh := range shares {
+			if sh.weight < 1 {
+				errs = append(errs, fmt.Errorf("--tenant-weights: %s's weight must be at least 1", sh.name))
 			}
-			a.tenantWeights[strings.TrimSpace(name)] = w
+			a.tenantWeights[sh.name] = sh.weight
 		}
 	}
 	if a.queueMax < 0 {
