@@ -153,7 +153,13 @@ type attempt struct {
 	stream    streamBody // the answer's, when streaming
 	streaming bool       // the answer is an event stream
 	err       error      // the ReverseProxy's, from errorHandler
+	w         http.ResponseWriter
+	writeErr  error // writing a relayed stream to the client failed
 }
+
+// errRelayed is what modifyResponse returns once it has relayed an event
+// stream itself, so that the ReverseProxy writes nothing more.
+var errRelayed = errors.New("proxy: stream relayed")
 
 type attemptKey struct{}
 
@@ -172,7 +178,8 @@ func (a *attempt) getBody() (io.ReadCloser, error) {
 }
 
 // Forward sends r, with a.Body as its payload, to a.Target and copies the
-// response to w, flushing every event of a stream as it arrives. It returns
+// response to w, flushing every event of a stream as it arrives (a
+// stream's headers go out with its first event). It returns
 // nil when a response was relayed (whatever its status), a
 // *StreamCutError when an event stream was relayed in part and then broke,
 // stalled past the idle timeout or ended without [DONE] (the caller ends
@@ -191,18 +198,24 @@ func (a *attempt) getBody() (io.ReadCloser, error) {
 // an *AttemptError (Outcome TurnedBack, Status set) so that the caller can
 // try another backend.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, at Attempt) error {
-	a := &attempt{Attempt: at}
+	a := &attempt{Attempt: at, w: w}
 	a.body.Reset(at.Body)
 	ctx := a.fb.start(r.Context(), at.FirstByteTimeout)
 	defer a.fb.stop()
+	defer p.forget(a) // deferred: a whole answer cut mid-copy panics
 	r = r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	p.rp.ServeHTTP(w, r)
 	var stream *streamBody
 	if a.streaming {
 		stream = &a.stream
-		p.mu.Lock()
-		delete(p.streams, stream)
-		p.mu.Unlock()
+	}
+	if errors.Is(a.err, errRelayed) {
+		a.err = nil
+		if a.writeErr != nil {
+			// The client connection failed mid-stream: abort it, as the
+			// ReverseProxy does when a copy fails.
+			panic(http.ErrAbortHandler)
+		}
 	}
 	if a.err == nil {
 		if stream != nil {
@@ -270,12 +283,57 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	if res.StatusCode/100 == 2 && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		a.stream.start(res.Body, p.idle)
 		a.streaming = true
-		res.Body = &a.stream
 		p.mu.Lock()
 		p.streams[&a.stream] = struct{}{}
 		p.mu.Unlock()
+		if len(res.Trailer) > 0 {
+			res.Body = &a.stream // rare: the ReverseProxy relays trailers
+			return nil
+		}
+		a.writeErr = p.relay(a.w, res, &a.stream)
+		return errRelayed
 	}
 	return nil
+}
+
+// relay writes an event stream's headers and events to w, flushing after
+// each read from the backend. It does what the ReverseProxy would, without
+// the timer and goroutine the ReverseProxy starts per stream to flush the
+// headers at once: here they go out with the first event, in one write.
+// It returns the error of writing to the client, if any; the backend's
+// errors end the stream quietly (streamBody records them for cut).
+func (p *Proxy) relay(w http.ResponseWriter, res *http.Response, body *streamBody) error {
+	h := w.Header()
+	for k, vv := range res.Header {
+		h[k] = append(h[k], vv...)
+	}
+	w.WriteHeader(res.StatusCode)
+	rc := http.NewResponseController(w)
+	buf := p.buffers.Get()
+	defer p.buffers.Put(buf)
+	defer body.Close() // stops the idle timer; the ReverseProxy closes the body again, which is harmless
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			_ = rc.Flush() // as the ReverseProxy: a failed connection fails the next Write
+		}
+		if err != nil {
+			return nil // io.EOF: streamBody turns every error into it
+		}
+	}
+}
+
+// forget drops a's stream, if any, from the streams Abort ends.
+func (p *Proxy) forget(a *attempt) {
+	if !a.streaming {
+		return
+	}
+	p.mu.Lock()
+	delete(p.streams, &a.stream)
+	p.mu.Unlock()
 }
 
 // errorHandler is the ReverseProxy's ErrorHandler: Forward reports the

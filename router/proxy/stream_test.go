@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// sseBackend answers every request with n events and [DONE], flushing each;
+// gone is closed when a handler sees its client (the proxy) leave.
+func sseBackend(t *testing.T, n int, gone chan struct{}) *url.URL {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("X-Backend", "b1")
+		for i := range n {
+			if _, err := w.Write([]byte("data: {\"n\":" + string(rune('0'+i%10)) + "}\n\n")); err != nil {
+				break
+			}
+			http.NewResponseController(w).Flush()
+			if gone != nil && i == 0 {
+				<-r.Context().Done() // hold the stream open until the proxy hangs up
+				close(gone)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	}))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	return u
+}
+
+func (p *Proxy) openStreams() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.streams)
+}
+
+// A stream is relayed whole, headers included, and forgotten once done.
+func TestStreamRelayed(t *testing.T) {
+	p, err := New(Options{Transport: NewTransport(TransportOptions{}), StreamIdleTimeout: time.Minute})
+	require.NoError(t, err)
+	target := sseBackend(t, 3, nil)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	require.NoError(t, p.Forward(rec, req, Attempt{Target: target, Body: []byte(`{"stream":true}`)}))
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "text/event-stream", rec.Header().Get("Content-Type"))
+	assert.Equal(t, "b1", rec.Header().Get("X-Backend"))
+	assert.True(t, rec.Flushed)
+	assert.Equal(t, "data: {\"n\":0}\n\ndata: {\"n\":1}\n\ndata: {\"n\":2}\n\ndata: [DONE]\n\n", rec.Body.String())
+	assert.Zero(t, p.openStreams())
+}
+
+// failingWriter accepts the headers and writes until writes passes 1,
+// then fails as a connection to a client that has gone does.
+type failingWriter struct {
+	h      http.Header
+	writes int
+}
+
+func (f *failingWriter) Header() http.Header { return f.h }
+func (f *failingWriter) WriteHeader(int)     {}
+func (f *failingWriter) Flush()              {}
+func (f *failingWriter) Write(b []byte) (int, error) {
+	f.writes++
+	if f.writes > 1 {
+		return 0, errors.New("write: broken pipe")
+	}
+	return len(b), nil
+}
+
+// A client connection that fails mid-stream aborts the handler, as the
+// ReverseProxy does, and the stream is neither kept for Abort nor left open
+// at the backend.
+func TestStreamClientWriteFailure(t *testing.T) {
+	p, err := New(Options{Transport: NewTransport(TransportOptions{}), StreamIdleTimeout: time.Minute})
+	require.NoError(t, err)
+	gone := make(chan struct{})
+	target := sseBackend(t, 3, gone)
+	// The backend holds its stream open after the first event, whose
+	// relaying fails: the proxy must hang up on the backend.
+	w := &failingWriter{h: http.Header{}, writes: 1} // the first write fails
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	panicked := func() (v any) {
+		defer func() { v = recover() }()
+		_ = p.Forward(w, req, Attempt{Target: target, Body: []byte(`{"stream":true}`)})
+		return nil
+	}()
+	assert.Equal(t, http.ErrAbortHandler, panicked)
+	assert.Zero(t, p.openStreams())
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backend's stream was left open")
+	}
+}
+
+// Trailers are left to the ReverseProxy, which relays them.
+func TestStreamWithTrailerRelayed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Trailer", "X-Checksum")
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+		w.Header().Set("X-Checksum", "abc")
+	}))
+	defer srv.Close()
+	target, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	p, err := New(Options{Transport: NewTransport(TransportOptions{})})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader("{}"))
+	require.NoError(t, p.Forward(rec, req, Attempt{Target: target, Body: []byte(`{}`)}))
+	assert.Equal(t, "data: [DONE]\n\n", rec.Body.String())
+	assert.Equal(t, "abc", rec.Result().Trailer.Get("X-Checksum"))
+	assert.Zero(t, p.openStreams())
+}
