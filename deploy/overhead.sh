@@ -11,9 +11,12 @@
 #   latency   concurrency 1: p50 and p99 added over direct
 #   capacity  concurrency 32: requests/s, and the proxy process's CPU
 #             (utime+stime from /proc) per request
+# Each run is split into ROUNDS rounds that visit every target in turn, and
+# the report gives medians over the rounds, so that a shared machine's
+# drift during the run does not fall on one target only.
 # Assumes `make build`; nginx and haproxy are skipped if not installed
 # (apt-get install nginx haproxy).
-#   N1=2000 N32=20000 ./deploy/overhead.sh
+#   N1=2000 N32=20000 ROUNDS=5 ./deploy/overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=deploy/lib.sh
@@ -21,6 +24,7 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
 N1=${N1:-2000}    # requests per run at concurrency 1
 N32=${N32:-20000} # requests per run at concurrency 32
+ROUNDS=${ROUNDS:-5} # each run is split into this many rounds, interleaved across the targets
 WPORT=${WPORT:-9621}
 BARE=${BARE:-8621}
 NGINX=${NGINX:-8622}
@@ -137,35 +141,51 @@ targets=(direct bare_go)
 [ -n "${url[haproxy]:-}" ] && targets+=(haproxy)
 targets+=(sluice sluice_log)
 common=(--model llama-3-8b --rate 100000 --duration 10m --prompt-mean 128 --output-mean 16 --quiet --api-key sk-bench)
-echo "target,mode,concurrency,completed,failed,rps,p50_ms,p99_ms,cpu_us_per_req" > "$tmp/results.csv"
+echo "target,mode,concurrency,round,completed,failed,rps,p50_ms,p99_ms,cpu_ticks" > "$tmp/results.csv"
 for mode in plain stream; do
 	flags=()
 	[ "$mode" = stream ] && flags=(--stream)
 	for c in 1 32; do
-		for t in "${targets[@]}"; do
-			before=0
-			[ -n "${pid[$t]:-}" ] && before=$(cpu "${pid[$t]}")
-			n=$N1
-			[ "$c" = 32 ] && n=$N32
-			"$BIN/sluice-bench" load --target "${url[$t]}" "${common[@]}" "${flags[@]}" --concurrency "$c" --requests "$n" \
-				--seed "$c" --json "$tmp/r.json" >/dev/null
-			after=0
-			[ -n "${pid[$t]:-}" ] && after=$(cpu "${pid[$t]}")
-			python3 - "$tmp/r.json" "$t" "$mode" "$c" "$((after - before))" "$(getconf CLK_TCK)" >> "$tmp/results.csv" <<'PY'
+		n=$((N1 / ROUNDS))
+		[ "$c" = 32 ] && n=$((N32 / ROUNDS))
+		for ((round = 0; round < ROUNDS; round++)); do
+			# Each round visits every target, starting one further along, so
+			# that drift on a shared machine falls on all of them alike.
+			for ((i = 0; i < ${#targets[@]}; i++)); do
+				t=${targets[$(((i + round) % ${#targets[@]}))]}
+				before=0
+				[ -n "${pid[$t]:-}" ] && before=$(cpu "${pid[$t]}")
+				"$BIN/sluice-bench" load --target "${url[$t]}" "${common[@]}" "${flags[@]}" --concurrency "$c" --requests "$n" \
+					--seed "$((c + round))" --json "$tmp/r.json" >/dev/null
+				after=0
+				[ -n "${pid[$t]:-}" ] && after=$(cpu "${pid[$t]}")
+				python3 - "$tmp/r.json" "$t" "$mode" "$c" "$round" "$((after - before))" >> "$tmp/results.csv" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1])); t, mode, c, ticks, hz = sys.argv[2:7]
+r = json.load(open(sys.argv[1])); t, mode, c, rnd, ticks = sys.argv[2:7]
 lat = r["e2el_ms"] if mode == "plain" else r["ttft_ms"]
-cpu = int(ticks) / int(hz) * 1e6 / r["completed"] if r["completed"] and t != "direct" else 0
-print(f"{t},{mode},{c},{r['completed']},{r['failed']},{r['request_throughput']:.1f},{lat['p50']:.3f},{lat['p99']:.3f},{cpu:.1f}")
+print(f"{t},{mode},{c},{rnd},{r['completed']},{r['failed']},{r['request_throughput']:.1f},{lat['p50']:.3f},{lat['p99']:.3f},{ticks}")
 PY
+			done
 		done
 	done
 done
-python3 - "$tmp/results.csv" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-get = lambda t, m, c: next((r for r in rows if r["target"] == t and r["mode"] == m and r["concurrency"] == c), None)
-print("latency is e2e for non-streamed requests and TTFT for streamed ones; 'added' is over direct at concurrency 1")
+python3 - "$tmp/results.csv" "$(getconf CLK_TCK)" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]))); hz = int(sys.argv[2])
+def get(t, m, c):
+    """One target's rounds, folded: the median over rounds of p50, p99 and
+    requests/s; CPU is all its ticks over all its completed requests."""
+    rs = [r for r in rows if r["target"] == t and r["mode"] == m and r["concurrency"] == c]
+    if not rs:
+        return None
+    med = lambda k: statistics.median(float(r[k]) for r in rs)
+    done = sum(int(r["completed"]) for r in rs)
+    cpu = sum(int(r["cpu_ticks"]) for r in rs) / hz * 1e6 / done if done and t != "direct" else 0
+    return {"p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"), "rps": med("rps"), "cpu_us_per_req": cpu,
+            "failed": sum(int(r["failed"]) for r in rs)}
+rounds = max(int(r["round"]) for r in rows) + 1
+print(f"latency is e2e for non-streamed requests and TTFT for streamed ones; 'added' is over direct at concurrency 1;")
+print(f"p50, p99 and req/s are medians over {rounds} interleaved rounds, CPU is over all of them")
 print(f"{'mode':<7}{'target':<11}{'p50 added ms':>13}{'p99 added ms':>13}{'req/s c=32':>12}{'CPU us/req':>11}{'failed':>8}")
 for m in ("plain", "stream"):
     d1 = get("direct", m, "1")
@@ -173,18 +193,18 @@ for m in ("plain", "stream"):
         a, b = get(t, m, "1"), get(t, m, "32")
         if not a:
             continue
-        p50 = float(a["p50_ms"]) - float(d1["p50_ms"])
-        p99 = float(a["p99_ms"]) - float(d1["p99_ms"])
-        print(f"{m:<7}{t:<11}{p50:>13.3f}{p99:>13.3f}{float(b['rps']):>12.0f}{float(b['cpu_us_per_req']):>11.1f}{int(a['failed'])+int(b['failed']):>8}")
+        p50 = a["p50_ms"] - d1["p50_ms"]
+        p99 = a["p99_ms"] - d1["p99_ms"]
+        print(f"{m:<7}{t:<11}{p50:>13.3f}{p99:>13.3f}{b['rps']:>12.0f}{b['cpu_us_per_req']:>11.1f}{a['failed'] + b['failed']:>8}")
     s, g = (get("sluice", m, "1"), get("sluice", m, "32")), (get("bare_go", m, "1"), get("bare_go", m, "32"))
-    add = lambda r: (float(r["p50_ms"]) - float(d1["p50_ms"]), float(r["p99_ms"]) - float(d1["p99_ms"]))
+    add = lambda r: (r["p50_ms"] - d1["p50_ms"], r["p99_ms"] - d1["p99_ms"])
     sp, gp = add(s[0]), add(g[0])
-    print(f"  {m}: Sluice / bare Go proxy: CPU {float(s[1]['cpu_us_per_req']) / float(g[1]['cpu_us_per_req']):.2f}x (target <= 1.0), "
+    print(f"  {m}: Sluice / bare Go proxy: CPU {s[1]['cpu_us_per_req'] / g[1]['cpu_us_per_req']:.2f}x (target <= 1.0), "
           f"added p50 {sp[0] / gp[0]:.2f}x, p99 {sp[1] / gp[1]:.2f}x (target <= 1.25), "
-          f"throughput {float(s[1]['rps']) / float(g[1]['rps']):.2f}x (target >= 0.8)", end="")
+          f"throughput {s[1]['rps'] / g[1]['rps']:.2f}x (target >= 0.8)", end="")
     n = get("nginx", m, "32")
     if n:
-        print(f"; CPU vs nginx {float(s[1]['cpu_us_per_req']) / float(n['cpu_us_per_req']):.2f}x", end="")
+        print(f"; CPU vs nginx {s[1]['cpu_us_per_req'] / n['cpu_us_per_req']:.2f}x", end="")
     print()
 PY
 [ -n "${KEEP:-}" ] && cp "$tmp/results.csv" "$KEEP"
