@@ -8,12 +8,20 @@
 # Prints per run the priority and flex rows and the shed counts, then the
 # same three scenarios simulated.
 #
+# RUNS="tenants tenants-alone" runs the two-tenant case instead of classes:
+# tenants heavy and light of one tier sending their tokens in the shares of
+# TENANTS (heavy=10,light=1) at the overload, with admission, and then the
+# light tenant's same requests alone (sluice-bench load --only-tenant),
+# each beside its simulation; it prints the tenants' rows.
+#
 # With REPLICAS=3 the Sluice runs are that many processes sharing the
 # admission budgets through Redis at REDIS_URL, and the load is spread over
 # them in turn.
 #
 # Builds nothing: run `make build` first. Knobs (environment): H100S=1 L4S=2
 # SPEEDUP=1 LIGHT=0.5 OVER=1.3 REQUESTS=2000 MIX=priority=0.3,flex=0.7
+# TENANTS=heavy=10,light=1 H100_BUDGET= L4_BUDGET= (both set: these budgets
+# instead of the simulator's)
 # REPLICAS=1 REDIS_URL=redis://127.0.0.1:6379/0 RUNS="light over over-noadm"
 # BASE_PORT=19600 BIN=bin KEEP=1 (keep the run's files)
 set -euo pipefail
@@ -28,6 +36,7 @@ LIGHT=${LIGHT:-0.5}
 OVER=${OVER:-1.3}
 REQUESTS=${REQUESTS:-2000}
 MIX=${MIX:-priority=0.3,flex=0.7}
+TENANTS=${TENANTS:-heavy=10,light=1}
 BASE_PORT=${BASE_PORT:-19600}
 REPLICAS=${REPLICAS:-1}
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
@@ -42,14 +51,33 @@ stop_all() {
 }
 trap 'stop_all; [ -n "${KEEP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"' EXIT
 
-budgets=$("$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$OVER" \
-	--policy default --admission --mix "$MIX" --table compact 2>&1 >/dev/null | sed -n 's/.*budget of requests in flight \([^;]*\);.*/\1/p')
-H100_BUDGET=$(sed -n 's/.*h100-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
-L4_BUDGET=$(sed -n 's/.*l4-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
+if [ -n "${H100_BUDGET:-}" ] && [ -n "${L4_BUDGET:-}" ]; then
+	budgets="h100-llama3-8b $H100_BUDGET, l4-llama3-8b $L4_BUDGET" # given
+else
+	budgets=$("$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$OVER" \
+		--policy default --admission --mix "$MIX" --table compact 2>&1 >/dev/null | sed -n 's/.*budget of requests in flight \([^;]*\);.*/\1/p')
+	H100_BUDGET=$(sed -n 's/.*h100-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
+	L4_BUDGET=$(sed -n 's/.*l4-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
+fi
 [ -n "$H100_BUDGET" ] && [ -n "$L4_BUDGET" ] || { echo "bench-classes-live: no budgets from the simulator ($budgets)" >&2; exit 1; }
 
-config() { # admission on|off, router port
+config() { # admission on|off, router port, tenants (yes|no)
 	echo "listen: 127.0.0.1:$2"
+	if [ "${3:-no}" = yes ]; then
+		# One tier with room for everything: only the fleet limits.
+		echo "tiers:"
+		echo "  - name: bench"
+		echo "    requests_per_minute: 100000000"
+		echo "    input_tokens_per_minute: 10000000000"
+		echo "    output_tokens_per_minute: 10000000000"
+		echo "    concurrent_requests: 100000"
+		echo "tenants:"
+		for t in $(tenant_names); do
+			echo "  - name: $t"
+			echo "    tier: bench"
+			echo "    api_keys: [\"$("$BIN/sluice" hash-key "sk-$t" | grep -o 'sha256:[0-9a-f]*')\"]"
+		done
+	fi
 	if [ "$REPLICAS" -gt 1 ]; then
 		echo "limits:"
 		echo "  redis_url: $REDIS_URL"
@@ -75,7 +103,17 @@ config() { # admission on|off, router port
 	done
 }
 
-run() { # name, admission on|off, load
+tenant_names() { tr ',' '\n' <<<"$TENANTS" | cut -d= -f1; }
+tenant_keys() { tenant_names | sed 's/.*/&=sk-&/' | paste -sd,; }
+
+run() { # name, admission on|off, load[, extra load and simulate flags]
+	local name=$1 adm=$2 load=$3
+	shift 3
+	local shares=(--mix "$MIX") tenants=no
+	if [ $# -gt 0 ]; then
+		shares=("$@")
+		tenants=yes
+	fi
 	stop_all
 	"$BIN/gpuworker" --listen "127.0.0.1:$BASE_PORT" --count "$H100S" --model "$MODEL" --profile h100-llama3-8b \
 		--speedup "$SPEEDUP" 2>>"$tmp/workers.log" & pids+=($!)
@@ -85,16 +123,19 @@ run() { # name, admission on|off, load
 	targets=()
 	for i in $(seq 0 $((REPLICAS - 1))); do
 		port=$((ROUTER_PORT - i))
-		config "$2" "$port" >"$tmp/$1-$i.yaml"
-		"$BIN/sluice" serve --config "$tmp/$1-$i.yaml" --watch 0 2>"$tmp/$1-$i.log" & pids+=($!)
+		config "$adm" "$port" "$tenants" >"$tmp/$name-$i.yaml"
+		"$BIN/sluice" serve --config "$tmp/$name-$i.yaml" --watch 0 2>"$tmp/$name-$i.log" & pids+=($!)
 		wait_for "http://127.0.0.1:$port/readyz"
 		targets+=("http://127.0.0.1:$port")
 	done
-	"$BIN/sluice-bench" load --target "$(IFS=,; echo "${targets[*]}")" --model "$MODEL" --fleet "$FLEET" --load "$3" \
-		--requests "$REQUESTS" --duration 24h --mix "$MIX" --stream --quiet --seed 2 --time-scale "$SPEEDUP" \
-		--json "$tmp/$1.json" >/dev/null
-	"$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$3" --mix "$MIX" --seed 2 \
-		--policy default $([ "$2" = on ] && echo --admission) --json "$tmp/$1-sim.json" >/dev/null 2>&1
+	local keys=()
+	[ "$tenants" = yes ] && keys=(--api-keys "$(tenant_keys)")
+	"$BIN/sluice-bench" load --target "$(IFS=,; echo "${targets[*]}")" --model "$MODEL" --fleet "$FLEET" --load "$load" \
+		--requests "$REQUESTS" --duration 24h "${shares[@]}" "${keys[@]}" --stream --quiet --seed 2 --time-scale "$SPEEDUP" \
+		--json "$tmp/$name.json" >/dev/null
+	"$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$load" "${shares[@]}" --seed 2 \
+		--policy default $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET") \
+		--json "$tmp/$name-sim.json" >/dev/null 2>&1
 }
 RUNS=${RUNS:-light over over-noadm}
 for r in $RUNS; do
@@ -102,11 +143,13 @@ for r in $RUNS; do
 	light) run light on "$LIGHT" ;;
 	over) run over on "$OVER" ;;
 	over-noadm) run over-noadm off "$OVER" ;;
+	tenants) run tenants on "$OVER" --tenants "$TENANTS" ;;
+	tenants-alone) run tenants-alone on "$OVER" --tenants "$TENANTS" --only-tenant "$(tenant_names | tail -1)" ;;
 	esac
 done
 stop_all
 
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX; admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; $REPLICAS Sluice replica(s)"
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]
@@ -114,7 +157,8 @@ def rows(name):
     r = json.load(open(os.path.join(d, name + ".json")))
     r = r["results"][0] if "results" in r else r
     return r
-print(f"{'run':<32}{'class':<10}{'ok':>6}{'shed':>6}{'TTFT p50 ms':>13}{'TTFT p99 ms':>13}{'req/s':>8}")
+if any(os.path.exists(os.path.join(d, r + ".json")) for r in ("light", "over", "over-noadm")):
+    print(f"{'run':<32}{'class':<10}{'ok':>6}{'shed':>6}{'TTFT p50 ms':>13}{'TTFT p99 ms':>13}{'req/s':>8}")
 for run, label in (("light", "light load, admission"), ("over", "overload, admission"), ("over-noadm", "overload, no admission")):
     for src in ("", "-sim"):
         if not os.path.exists(os.path.join(d, run + src + ".json")):
@@ -127,4 +171,18 @@ for run, label in (("light", "light load, admission"), ("over", "overload, admis
             shed = r.get("shed", {}).get(cls, 0)
             print(f"{label + (' (sim)' if src else ' (live)'):<32}{cls:<10}{c['completed']:>6}{shed:>6}"
                   f"{c['ttft_ms']['p50']:>13.0f}{c['ttft_ms']['p99']:>13.0f}{c['request_throughput']:>8.2f}")
+tenant_runs = [r for r in ("tenants", "tenants-alone") if os.path.exists(os.path.join(d, r + ".json"))]
+if tenant_runs:
+    print(f"{'run':<32}{'tenant':<10}{'ok':>6}{'failed':>7}{'TTFT p50 ms':>12}{'TTFT p99 ms':>13}{'req/s':>8}")
+for run, label in (("tenants", "two tenants, admission"), ("tenants-alone", "last tenant alone")):
+    for src in ("", "-sim"):
+        if not os.path.exists(os.path.join(d, run + src + ".json")):
+            continue
+        r = rows(run + src)
+        for name, c in r.get("tenants", {}).items():
+            if not c["completed"]:
+                continue
+            print(f"{label + (' (sim)' if src else ' (live)'):<32}{name:<10}{c['completed']:>6}{c['failed']:>7}"
+                  f"{c['ttft_ms']['p50']:>12.0f}{c['ttft_ms']['p99']:>13.0f}{c['request_throughput']:>8.2f}"
+                  f"  tokens/s {c.get('total_token_throughput', 0):.0f}")
 PY

@@ -7,12 +7,14 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sluice-llm/sluice/cmd/sluice-bench/report"
+	"github.com/sluice-llm/sluice/gpuworker/workload"
 	"github.com/sluice-llm/sluice/policies/admission"
 )
 
@@ -21,6 +23,7 @@ import (
 // report by them.
 type classFlags struct {
 	mix, tenants string
+	onlyTenant   string
 
 	mixShares, tenantShares []share // parsed by validate
 }
@@ -41,6 +44,7 @@ const (
 func (c *classFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.mix, "mix", "", "service classes (OpenAI service_tier: priority, default, flex) drawn at random per request in these `shares`, e.g. priority=0.3,flex=0.7 (seeded by --seed); the report is then split by class. Empty: every request is default")
 	fs.StringVar(&c.tenants, "tenants", "", "tenants of one tier drawn at random per request so that their token shares are in these `proportions`, e.g. heavy=10,light=1 (seeded by --seed; equal weights); the report is then split by tenant")
+	fs.StringVar(&c.onlyTenant, "only-tenant", "", "with --tenants, only this `tenant`'s requests, at the times and sizes they have beside the others: the tenant's run alone")
 }
 
 // validate parses --mix and --tenants.
@@ -64,6 +68,9 @@ func (c *classFlags) validate() error {
 			errs = append(errs, fmt.Errorf("--tenants: %w", err))
 		}
 		c.tenantShares = shares
+	}
+	if c.onlyTenant != "" && len(errs) == 0 && !slices.Contains(c.tenantNames(), c.onlyTenant) {
+		errs = append(errs, fmt.Errorf("--only-tenant %q: --tenants names no such tenant", c.onlyTenant))
 	}
 	return errors.Join(errs...)
 }
@@ -142,6 +149,32 @@ func (c *classFlags) tenantsOf(n int, seed uint64) []string {
 		out[i] = c.tenantShares[k].name
 	}
 	return out
+}
+
+// draws returns each of n requests' class and tenant (nil without --mix,
+// --tenants), keeping with --only-tenant that tenant's requests only, at
+// their arrival times.
+func (c *classFlags) draws(reqs []workload.Request, seed uint64) ([]workload.Request, []admission.Class, []string) {
+	classes, tenantOf := c.classes(len(reqs), seed), c.tenantsOf(len(reqs), seed)
+	if c.onlyTenant == "" {
+		return reqs, classes, tenantOf
+	}
+	var kr []workload.Request
+	var kc []admission.Class
+	for i, t := range tenantOf {
+		if t != c.onlyTenant {
+			continue
+		}
+		kr = append(kr, reqs[i])
+		if classes != nil {
+			kc = append(kc, classes[i])
+		}
+	}
+	kt := make([]string, len(kr))
+	for i := range kt {
+		kt[i] = c.onlyTenant
+	}
+	return kr, kc, kt
 }
 
 // tenantNames lists --tenants' names in the order given; nil without it.

@@ -243,6 +243,33 @@ func TestLoadMixAndTenants(t *testing.T) {
 	assert.Equal(t, shed["flex"], classes["flex"].(map[string]any)["failed"])
 	tenants := got["tenants"].(map[string]any)
 	assert.EqualValues(t, keys["Bearer sk-light"], tenants["light"].(map[string]any)["completed"].(float64)+tenants["light"].(map[string]any)["failed"].(float64))
+
+	// --only-tenant sends the light tenant's requests alone: the same ones,
+	// with the same classes and key.
+	var light []seen
+	for _, r := range reqs {
+		if r.auth == "Bearer sk-light" {
+			light = append(light, r)
+		}
+	}
+	mu.Lock()
+	reqs = nil
+	mu.Unlock()
+	code, _, stderr = runCLI(t, "load", "--target", srv.URL, "--model", "m", "--rate", "500", "--requests", "200",
+		"--duration", "10s", "--prompt-mean", "16", "--output-mean", "4", "--quiet", "--concurrency", "1",
+		"--mix", "priority=0.5,flex=0.5", "--tenants", "heavy=3,light=1", "--api-keys", "heavy=sk-heavy,light=sk-light",
+		"--only-tenant", "light", "--json", out)
+	require.Equal(t, exitOK, code, stderr)
+	alone := map[seen]int{}
+	for _, r := range reqs {
+		alone[r]++
+	}
+	both := map[seen]int{}
+	for _, r := range light {
+		both[r]++
+	}
+	assert.Len(t, reqs, len(light))
+	assert.Equal(t, both, alone)
 }
 
 func TestLoadAPIKeysErrors(t *testing.T) {
@@ -252,6 +279,8 @@ func TestLoadAPIKeysErrors(t *testing.T) {
 		{"--tenants", "a=1", "--api-keys", "b=sk"},
 		{"--tenants", "a=1", "--api-keys", "a"},
 		{"--mix", "gold=1"},
+		{"--tenants", "a=1", "--only-tenant", "b"},
+		{"--only-tenant", "a"},
 	} {
 		code, _, stderr := runCLI(t, append(base, args...)...)
 		assert.Equal(t, exitUsage, code, "%v: %s", args, stderr)

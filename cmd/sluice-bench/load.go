@@ -137,7 +137,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RequestTimeout: f.timeout,
 		APIKey:         f.apiKey,
 	}
-	classes, tenantOf := f.classes(len(reqs), f.seed), f.tenantsOf(len(reqs), f.seed)
+	reqs, classes, tenantOf := f.draws(reqs, f.seed)
 	describeShares(stderr, reqs, classes, tenantOf)
 	if classes != nil {
 		opts.ServiceTiers = make([]string, len(classes))

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/sluice-llm/sluice/gpuworker/fleet"
 	"github.com/sluice-llm/sluice/gpuworker/workload"
 	"github.com/sluice-llm/sluice/policies"
-	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/all"
 )
 
@@ -51,7 +49,6 @@ type simFlags struct {
 	table              string
 	saturation         bool
 	oracleAging        time.Duration
-	onlyTenant         string
 }
 
 func newSimFlagSet(f *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -94,7 +91,6 @@ Flags:
 	fs.StringVar(&f.table, "table", tableFull, "output: full (a report per policy, then a comparison) or compact (one comparison table with a scenario header)")
 	fs.DurationVar(&f.oracleAging, "oracle-aging", 0, "order the reference's (--oracle) queue shortest job first with aging, by arrival + this per 1,000 prompt tokens, instead of first come, first served (0); e.g. 3s")
 	fs.BoolVar(&f.saturation, "saturation", false, "instead of comparing policies, measure the fleet's saturation throughput for the workload (the reference scheduler, Poisson arrivals, bisection) and print it beside the capacity estimate")
-	fs.StringVar(&f.onlyTenant, "only-tenant", "", "with --tenants, simulate only this `tenant`'s requests, at the times and sizes they have beside the others: the tenant's run alone")
 	f.shapeFlags.register(fs)
 	f.classFlags.register(fs)
 	f.admissionFlags.register(fs)
@@ -137,8 +133,6 @@ func (f *simFlags) validate() error {
 	}
 	if err := f.classFlags.validate(); err != nil {
 		errs = append(errs, err)
-	} else if f.onlyTenant != "" && !slices.Contains(f.tenantNames(), f.onlyTenant) {
-		errs = append(errs, fmt.Errorf("--only-tenant %q: --tenants names no such tenant", f.onlyTenant))
 	}
 	if err := f.admissionFlags.validate(); err != nil {
 		errs = append(errs, err)
@@ -239,10 +233,7 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return exitOK
 	}
 
-	classes, tenantOf := f.classes(len(reqs), f.seed), f.tenantsOf(len(reqs), f.seed)
-	if f.onlyTenant != "" {
-		reqs, classes, tenantOf = onlyTenant(f.onlyTenant, reqs, classes, tenantOf)
-	}
+	reqs, classes, tenantOf := f.draws(reqs, f.seed)
 	offered := workload.Summarize(reqs).RatePerSec / capacity
 	out := simOutput{
 		Scenario: f.scenario(spec, capacity, offered, len(reqs)), Workload: f.workloadName(),
@@ -625,25 +616,4 @@ func groupWeights(spec fleet.Spec, weights []int) string {
 		w += g.Count
 	}
 	return b.String()
-}
-
-// onlyTenant keeps the requests of tenant (and their classes), at their
-// arrival times: the tenant's part of the workload, run without the others.
-func onlyTenant(tenant string, reqs []workload.Request, classes []admission.Class, tenantOf []string) ([]workload.Request, []admission.Class, []string) {
-	var kr []workload.Request
-	var kc []admission.Class
-	for i, t := range tenantOf {
-		if t != tenant {
-			continue
-		}
-		kr = append(kr, reqs[i])
-		if classes != nil {
-			kc = append(kc, classes[i])
-		}
-	}
-	kt := make([]string, len(kr))
-	for i := range kt {
-		kt[i] = tenant
-	}
-	return kr, kc, kt
 }
