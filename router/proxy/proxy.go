@@ -179,7 +179,8 @@ func (a *attempt) getBody() (io.ReadCloser, error) {
 
 // Forward sends r, with a.Body as its payload, to a.Target and copies the
 // response to w, flushing every event of a stream as it arrives (a
-// stream's headers go out with its first event). It returns
+// stream's headers go out with its first event) and a whole answer once it
+// is copied, so that what the caller does next does not delay it. It returns
 // nil when a response was relayed (whatever its status), a
 // *StreamCutError when an event stream was relayed in part and then broke,
 // stalled past the idle timeout or ended without [DONE] (the caller ends
@@ -218,18 +219,22 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, at Attempt) erro
 		}
 	}
 	if a.err == nil {
-		if stream != nil {
-			if cut := stream.cut(); cut != nil {
-				if errors.Is(context.Cause(r.Context()), ErrTotalTimeout) {
-					return &StreamCutError{Err: ErrTotalTimeout}
-				}
-				if err := r.Context().Err(); err != nil {
-					// The client left before [DONE]; one that left after it
-					// got the whole answer.
-					return &AttemptError{Outcome: ClientGone, Err: err}
-				}
-				return cut
+		if stream == nil {
+			// The whole answer is written: send it now, not when the
+			// handler returns after the router's accounting for it.
+			_ = http.NewResponseController(w).Flush()
+			return nil
+		}
+		if cut := stream.cut(); cut != nil {
+			if errors.Is(context.Cause(r.Context()), ErrTotalTimeout) {
+				return &StreamCutError{Err: ErrTotalTimeout}
 			}
+			if err := r.Context().Err(); err != nil {
+				// The client left before [DONE]; one that left after it
+				// got the whole answer.
+				return &AttemptError{Outcome: ClientGone, Err: err}
+			}
+			return cut
 		}
 		return nil
 	}

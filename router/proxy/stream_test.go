@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -124,4 +125,36 @@ func TestStreamWithTrailerRelayed(t *testing.T) {
 	assert.Equal(t, "data: [DONE]\n\n", rec.Body.String())
 	assert.Equal(t, "abc", rec.Result().Trailer.Get("X-Checksum"))
 	assert.Zero(t, p.openStreams())
+}
+
+// A whole answer reaches the client as soon as it is relayed, not when the
+// handler returns: the router's accounting after Forward adds nothing to
+// the client's latency.
+func TestWholeAnswerSentBeforeHandlerReturns(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"choices":[]}`))
+	}))
+	defer backend.Close()
+	target, err := url.Parse(backend.URL)
+	require.NoError(t, err)
+	p, err := New(Options{Transport: NewTransport(TransportOptions{})})
+	require.NoError(t, err)
+	got := make(chan struct{})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.NoError(t, p.Forward(w, r, Attempt{Target: target, Body: []byte(`{}`)}))
+		select {
+		case <-got: // the client has the whole answer while this handler still runs
+		case <-time.After(10 * time.Second):
+			t.Error("the answer was held until the handler returned")
+		}
+	}))
+	defer front.Close()
+	res, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader("{}"))
+	require.NoError(t, err)
+	b, err := io.ReadAll(res.Body)
+	close(got)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	assert.JSONEq(t, `{"choices":[]}`, string(b))
 }
