@@ -16,13 +16,13 @@
 # drift during the run does not fall on one target only.
 # Assumes `make build`; nginx and haproxy are skipped if not installed
 # (apt-get install nginx haproxy).
-#   N1=2000 N32=20000 ROUNDS=5 ./deploy/overhead.sh
+#   N1=10000 N32=20000 ROUNDS=5 ./deploy/overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=deploy/lib.sh
 . deploy/lib.sh
 BIN=${BIN:-bin}
-N1=${N1:-2000}    # requests per run at concurrency 1
+N1=${N1:-10000}   # requests per run at concurrency 1
 N32=${N32:-20000} # requests per run at concurrency 32
 ROUNDS=${ROUNDS:-5} # each run is split into this many rounds, interleaved across the targets
 WPORT=${WPORT:-9621}
