@@ -1,6 +1,8 @@
 package loadscrape
 
 import (
+	"bytes"
+
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -100,4 +102,72 @@ func highest(f *dto.MetricFamily) float64 {
 		}
 	}
 	return best
+}
+
+// known holds every metric name a dialect reads.
+var known = func() map[string]bool {
+	m := map[string]bool{}
+	for _, d := range dialects {
+		m[d.running], m[d.waiting] = true, true
+		for _, k := range d.kvUsage {
+			m[k] = true
+		}
+	}
+	return m
+}()
+
+// keepKnown appends to dst the lines of a text exposition that belong to a
+// metric some dialect reads (its samples and its # HELP and # TYPE lines)
+// and drops the rest, so that the parser works on a few lines instead of
+// an engine's histogram buckets: a gpuworker's 9 KB page took 246 µs and
+// 2,914 allocations to parse whole, 21 µs and 115 kept
+// (BenchmarkParsePage), at ten scrapes a second per backend.
+func keepKnown(dst, page []byte) []byte {
+	for len(page) > 0 {
+		line := page
+		if i := bytes.IndexByte(page, '\n'); i >= 0 {
+			line, page = page[:i+1], page[i+1:]
+		} else {
+			page = nil
+		}
+		if known[string(metricName(line))] {
+			dst = append(dst, line...)
+			if line[len(line)-1] != '\n' {
+				dst = append(dst, '\n')
+			}
+		}
+	}
+	return dst
+}
+
+// metricName is the name a line of a text exposition is about: a sample's
+// name, up to its labels or value, or the name a # HELP or # TYPE comment
+// describes; nil for other comments and blank lines.
+func metricName(line []byte) []byte {
+	if len(line) > 0 && line[0] == '#' {
+		kind, rest := word(line[1:])
+		if string(kind) != "HELP" && string(kind) != "TYPE" {
+			return nil
+		}
+		name, _ := word(rest)
+		return name
+	}
+	name, _ := word(line)
+	if i := bytes.IndexByte(name, '{'); i >= 0 {
+		name = name[:i]
+	}
+	return name
+}
+
+// word returns b's first word, after any blanks, and what follows it.
+func word(b []byte) (w, rest []byte) {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+		i++
+	}
+	j := i
+	for j < len(b) && b[j] != ' ' && b[j] != '\t' && b[j] != '\r' && b[j] != '\n' {
+		j++
+	}
+	return b[i:j], b[j:]
 }

@@ -1,6 +1,8 @@
 package loadscrape
 
 import (
+	"bytes"
+	"os"
 	"strings"
 	"testing"
 
@@ -81,5 +83,59 @@ func TestNewValidates(t *testing.T) {
 	} {
 		_, err := New(o)
 		assert.Error(t, err, "%+v", o)
+	}
+}
+
+// keepKnown keeps the samples and the HELP and TYPE lines of the metrics a
+// dialect reads, and nothing else; the load parsed from what it keeps is
+// the whole page's.
+func TestKeepKnown(t *testing.T) {
+	page := `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3
+# HELP vllm:e2e_request_latency_seconds Histogram of end to end request latency in seconds.
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{le="0.3"} 1
+vllm:e2e_request_latency_seconds_count 1
+# a comment
+vllm:num_requests_running_total 99
+
+  vllm:num_requests_waiting 2
+vllm:kv_cache_usage_perc{engine="0"} 0.5`
+	got := string(keepKnown(nil, []byte(page)))
+	assert.Equal(t, `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3
+  vllm:num_requests_waiting 2
+vllm:kv_cache_usage_perc{engine="0"} 0.5
+`, got)
+	whole, kept := parse(t, page+"\n"), parse(t, got) // the parser wants the last newline keepKnown adds
+	require.Equal(t, 0, detect(kept, -1))
+	r1, w1, kv1 := dialects[0].load(whole)
+	r2, w2, kv2 := dialects[0].load(kept)
+	assert.Equal(t, []any{3, 2, 0.5}, []any{r2, w2, kv2})
+	assert.Equal(t, []any{r1, w1, kv1}, []any{r2, w2, kv2})
+}
+
+// BenchmarkParsePage parses a gpuworker's /metrics page (130 lines) whole
+// and as keepKnown leaves it: go test -run '^$' -bench ParsePage
+// ./backends/loadscrape/.
+func BenchmarkParsePage(b *testing.B) {
+	page, err := os.ReadFile("testdata/gpuworker-metrics.txt")
+	require.NoError(b, err)
+	for _, bc := range []struct {
+		name string
+		keep func([]byte) []byte
+	}{{"whole", func(p []byte) []byte { return p }}, {"kept", func(p []byte) []byte { return keepKnown(nil, p) }}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p := expfmt.NewTextParser(model.UTF8Validation)
+				fams, err := p.TextToMetricFamilies(bytes.NewReader(bc.keep(page)))
+				if err != nil || detect(fams, -1) != 0 {
+					b.Fatal("unparsed", err)
+				}
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package loadscrape
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -124,7 +125,9 @@ func New(o Options) (*Scraper, error) {
 		}, []string{"backend"}),
 	}
 	if s.client == nil {
-		s.ownClient = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}
+		// Uncompressed: gzip costs both ends CPU on every scrape (the
+		// backend's serving process among them) to save a few KB.
+		s.ownClient = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
 		s.client = &http.Client{Transport: s.ownClient}
 	}
 	if o.Registerer != nil {
@@ -332,9 +335,13 @@ func (s *Scraper) fetch(ctx context.Context, t *target) (*backends.Load, error) 
 	if res.StatusCode != http.StatusOK {
 		return fail(fmt.Errorf("status %d", res.StatusCode))
 	}
+	page, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
+	if err != nil {
+		return fail(err)
+	}
 	at := s.now()
 	parser := expfmt.NewTextParser(model.UTF8Validation) // not safe for concurrent use: one per scrape
-	fams, err := parser.TextToMetricFamilies(io.LimitReader(res.Body, maxBody))
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(keepKnown(nil, page)))
 	if err != nil {
 		return fail(fmt.Errorf("parse: %w", err))
 	}
