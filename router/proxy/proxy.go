@@ -203,7 +203,7 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, at Attempt) erro
 	a.body.Reset(at.Body)
 	ctx := a.fb.start(r.Context(), at.FirstByteTimeout)
 	defer a.fb.stop()
-	defer p.forget(a) // deferred: a whole answer cut mid-copy panics
+	defer p.forget(a) // deferred: a copy that fails mid-answer panics (http.ErrAbortHandler)
 	r = r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	p.rp.ServeHTTP(w, r)
 	var stream *streamBody
