@@ -37,7 +37,7 @@ fmt:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
-## bench-overhead: cost per request in one run: direct to a worker, a bare Go ReverseProxy, nginx, HAProxy and Sluice (full pipeline), streamed and not (~3 minutes)
+## bench-overhead: cost per request in one run: direct to a worker, a bare Go ReverseProxy, nginx, HAProxy and Sluice (full pipeline), streamed and not, in five interleaved rounds (~5 minutes)
 bench-overhead: build
 	./deploy/overhead.sh
 
