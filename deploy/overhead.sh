@@ -7,7 +7,9 @@
 # admission, the default policy, metrics; tracing as configured: off
 # unless OTEL_EXPORTER_OTLP_ENDPOINT is set), without a request log as
 # nginx and HAProxy run here without an access log, and again with its
-# JSON request log (sluice_log). Streamed and non-streamed:
+# JSON request log (sluice_log), and once bare (sluice_min: no tenants,
+# no admission, round robin: what the pipeline's stages cost, by
+# difference). Streamed and non-streamed:
 #   latency   concurrency 1: p50 and p99 added over direct
 #   capacity  concurrency 32: requests/s, and the proxy process's CPU
 #             (utime+stime from /proc) per request
@@ -29,7 +31,7 @@ WPORT=${WPORT:-9621}
 BARE=${BARE:-8621}
 NGINX=${NGINX:-8622}
 HAPROXY=${HAPROXY:-8623}
-SLUICE=${SLUICE:-8624} # and SLUICE+1 for the one with the request log
+SLUICE=${SLUICE:-8624} # and SLUICE+1 for the one with the request log, SLUICE+2 for the bare one
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -122,7 +124,20 @@ grep -v '^  requests: false$' "$tmp/sluice.yaml" | sed "s/^listen: .*/listen: 12
 "$BIN/sluice" serve --config "$tmp/sluice-log.yaml" 2>"$tmp/sluice-log.log" & pids+=($!); pid[sluice_log]=$!
 url[sluice_log]="http://127.0.0.1:$((SLUICE + 1))"
 wait_for "${url[sluice]}/readyz"
+cat > "$tmp/sluice-min.yaml" <<YAML
+listen: 127.0.0.1:$((SLUICE + 2))
+log:
+  requests: false
+models:
+  - name: llama-3-8b
+    policy: round_robin
+    backends:
+      - url: http://127.0.0.1:$WPORT
+YAML
+"$BIN/sluice" serve --config "$tmp/sluice-min.yaml" 2>"$tmp/sluice-min.log" & pids+=($!); pid[sluice_min]=$!
+url[sluice_min]="http://127.0.0.1:$((SLUICE + 2))"
 wait_for "${url[sluice_log]}/readyz"
+wait_for "${url[sluice_min]}/readyz"
 wait_for "${url[bare_go]}/health" # the worker's, through the proxy
 [ -n "${url[nginx]:-}" ] && { wait_for "${url[nginx]}/health"; pid[nginx]=$(pgrep -d, -P "$(cat "$tmp/nginx.pid")"); }
 [ -n "${url[haproxy]:-}" ] && wait_for "${url[haproxy]}/health"
@@ -139,7 +154,7 @@ cpu() { # cpu PIDS(comma-separated): utime+stime in clock ticks, summed
 targets=(direct bare_go)
 [ -n "${url[nginx]:-}" ] && targets+=(nginx)
 [ -n "${url[haproxy]:-}" ] && targets+=(haproxy)
-targets+=(sluice sluice_log)
+targets+=(sluice sluice_log sluice_min)
 common=(--model llama-3-8b --rate 100000 --duration 10m --prompt-mean 128 --output-mean 16 --quiet --api-key sk-bench)
 echo "target,mode,concurrency,round,completed,failed,rps,p50_ms,p99_ms,cpu_ticks" > "$tmp/results.csv"
 for mode in plain stream; do
@@ -189,7 +204,7 @@ print(f"p50, p99 and req/s are medians over {rounds} interleaved rounds, CPU is 
 print(f"{'mode':<7}{'target':<11}{'p50 added ms':>13}{'p99 added ms':>13}{'req/s c=32':>12}{'CPU us/req':>11}{'failed':>8}")
 for m in ("plain", "stream"):
     d1 = get("direct", m, "1")
-    for t in ("direct", "bare_go", "nginx", "haproxy", "sluice", "sluice_log"):
+    for t in ("direct", "bare_go", "nginx", "haproxy", "sluice", "sluice_log", "sluice_min"):
         a, b = get(t, m, "1"), get(t, m, "32")
         if not a:
             continue
