@@ -341,7 +341,7 @@ func (s *Scraper) fetch(ctx context.Context, t *target) (*backends.Load, error) 
 	}
 	at := s.now()
 	parser := expfmt.NewTextParser(model.UTF8Validation) // not safe for concurrent use: one per scrape
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(keepKnown(nil, page)))
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(keepKnown(page)))
 	if err != nil {
 		return fail(fmt.Errorf("parse: %w", err))
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func sseBackend(t *testing.T, n int, gone chan struct{}) *url.URL {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("X-Backend", "b1")
 		for i := range n {
-			if _, err := w.Write([]byte("data: {\"n\":" + string(rune('0'+i%10)) + "}\n\n")); err != nil {
+			if _, err := w.Write([]byte("data: {\"n\":" + strconv.Itoa(i) + "}\n\n")); err != nil {
 				break
 			}
 			http.NewResponseController(w).Flush()
