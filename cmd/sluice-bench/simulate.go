@@ -43,6 +43,7 @@ type simFlags struct {
 	requests, routers  int
 	seed               uint64
 	jsonOut            string
+	outcomes           string
 	maxContext         int
 	perWorker          bool
 	scrapeInterval     time.Duration
@@ -85,6 +86,7 @@ Flags:
 	fs.IntVar(&f.routers, "routers", 1, "split arrivals round-robin across this many independent router replicas, each with its own in-flight view")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic workload and of randomized policies (each router replica gets its own)")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to `file`")
+	fs.StringVar(&f.outcomes, "outcomes", "", "also write one CSV line per request and policy row to `file`: its worker, tokens, TTFT, end-to-end time, time held before binding, and the TTFT a policy row expected on its worker and on the quickest candidate when it bound the request")
 	fs.IntVar(&f.maxContext, "max-context", 0, "drop requests whose prompt plus output exceeds this many tokens, and say how many (0 = keep all)")
 	fs.BoolVar(&f.perWorker, "per-worker", false, "print one line per worker instead of per fleet group")
 	fs.DurationVar(&f.scrapeInterval, "scrape-interval", fleet.DefaultScrapeInterval, "how often each router replica stores every worker's scraped load, in virtual time (0 = never scrape)")
@@ -124,6 +126,9 @@ func (f *simFlags) validate() error {
 	}
 	if f.table != tableFull && f.table != tableCompact {
 		errs = append(errs, fmt.Errorf("--table must be %s or %s", tableFull, tableCompact))
+	}
+	if f.saturation && f.outcomes != "" {
+		errs = append(errs, errors.New("--outcomes does not apply to --saturation"))
 	}
 	if f.trace == "" && f.traceFormat != "" {
 		errs = append(errs, errors.New("--trace-format needs --trace"))
@@ -253,13 +258,21 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if adm != nil {
 		fmt.Fprintf(stderr, "sluice-bench simulate: admission (policy rows): %s\n", describeAdmission(spec, reqs, adm))
 	}
+	var outcomes *outcomesFile
+	if f.outcomes != "" {
+		if outcomes, err = createOutcomes(f.outcomes); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+			return exitError
+		}
+		defer outcomes.close() // on an early return; the explicit close below reports errors
+	}
 	for _, pr := range rows {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "sluice-bench simulate: interrupted")
 			return exitInterrupted
 		}
 		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights, OracleAging: f.oracleAging / 1000,
-			Classes: classes, TenantOf: tenantOf}
+			Classes: classes, TenantOf: tenantOf, Estimates: outcomes != nil}
 		newPickers := func() ([]policies.Picker, error) {
 			var ps []policies.Picker
 			for replica := range f.routers {
@@ -287,6 +300,12 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 		fmt.Fprintf(stderr, "sluice-bench simulate: %s: %d requests on %d workers in %.2fs wall\n",
 			pr.label, len(reqs), spec.Workers(), time.Since(start).Seconds())
+		if outcomes != nil {
+			if err := outcomes.add(pr.label, spec, reqs, res); err != nil {
+				fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+				return exitError
+			}
+		}
 		row := summarizeSim(pr.label, spec, res, samples, f.goodTTFT, f.goodTPOT)
 		f.split(&row, res, samples, classes, opts.Admission != nil)
 		if opts.Batch != nil {
@@ -319,6 +338,12 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	if batch != nil {
 		if err := writeBatchTable(stdout, out.Results); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
+			return exitError
+		}
+	}
+	if outcomes != nil {
+		if err := outcomes.close(); err != nil {
 			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 			return exitError
 		}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/csv"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -73,6 +75,7 @@ func TestSimulateUsageErrors(t *testing.T) {
 		{"negative scrape", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--scrape-interval", "-1s"}},
 		{"bad params", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--policy", "round_robin:{nope: 1}"}},
 		{"unparsable params", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--policy", "round_robin:{"}},
+		{"outcomes of saturation", []string{"--fleet", "h100-llama3-8b", "--synthetic", "--saturation", "--outcomes", "x.csv"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,4 +120,55 @@ func TestSimulateIsReproducibleWithRandomizedPolicies(t *testing.T) {
 		return b
 	}
 	assert.Equal(t, string(run("7")), string(run("7")), "the same --seed gives the same routing")
+}
+
+func TestSimulateOutcomes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outcomes.csv")
+	code, _, stderr := runCLI(t, "simulate", "--fleet", "2xh100-llama3-8b,1xl4-llama3-8b", "--synthetic",
+		"--requests", "300", "--load", "1.5", "--policy", "least_request", "--oracle", "--outcomes", path)
+	require.Equal(t, exitOK, code, stderr)
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 1+2*300)
+	assert.Equal(t, outcomesHeader, rows[0])
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	num := func(row []string, name string) float64 {
+		v, err := strconv.ParseFloat(row[col[name]], 64)
+		require.NoError(t, err, name)
+		return v
+	}
+	estimated, detours := 0, 0
+	for i, row := range rows[1:] {
+		policy := "least_request"
+		if i >= 300 {
+			policy = oracleName
+		}
+		require.Equal(t, policy, row[col["policy"]])
+		assert.Equal(t, strconv.Itoa(i%300), row[col["request"]])
+		assert.Equal(t, "true", row[col["ok"]])
+		assert.Contains(t, []string{"h100-llama3-8b", "l4-llama3-8b"}, row[col["profile"]])
+		assert.GreaterOrEqual(t, num(row, "e2e_ms"), num(row, "ttft_ms"))
+		assert.Positive(t, num(row, "ttft_ms"))
+		exp, quick := row[col["expected_ttft_ms"]], row[col["quickest_ttft_ms"]]
+		if policy == oracleName {
+			assert.Empty(t, exp, "the reference records no estimate")
+			continue
+		}
+		if exp == "" || quick == "" {
+			continue // no prefill rate measured yet
+		}
+		estimated++
+		assert.LessOrEqual(t, num(row, "quickest_ttft_ms"), num(row, "expected_ttft_ms"))
+		if num(row, "expected_ttft_ms") > num(row, "quickest_ttft_ms") {
+			detours++
+		}
+	}
+	assert.Greater(t, estimated, 200, "most requests are bound after the first rates are measured")
+	assert.Positive(t, detours, "least_request counts requests, not prefill time, so it does not always pick the quickest")
 }

@@ -26,6 +26,16 @@ type Outcome struct {
 	// admission queue with Options.Admission (until it was shed, for a
 	// shed request).
 	Held time.Duration
+	// ExpectedTTFT is, with Options.Estimates, the request's expected
+	// time to first token on its worker when a routing policy bound it:
+	// the prompt tokens that worker had to prefill first, its own
+	// included (policies.PrefillBacklog), over the worker's measured
+	// prefill rate; QuickestTTFT is the least such estimate over the
+	// workers the policy could choose from (with admission, those with
+	// room). The ttft scorer reads the same signals (and also credits a
+	// cached prefix). Zero when not recorded: the reference scheduler, no
+	// rate measured yet, or Estimates off.
+	ExpectedTTFT, QuickestTTFT time.Duration
 	// Class is the request's service class (Options.Classes) and Tenant
 	// its tenant's name (Options.TenantOf or Options.Tenants; "" for
 	// none), so reports can split by them.

@@ -79,6 +79,10 @@ type Options struct {
 	// Batch); Result.Requests then holds the workload's requests only and
 	// Result.Batch the batch's lines.
 	Batch *Batch
+	// Estimates, when set, records in each Outcome what the router
+	// expected when it bound the request (Outcome.ExpectedTTFT and
+	// QuickestTTFT), at the cost of a pass over the candidates per pick.
+	Estimates bool
 }
 
 // DefaultScrapeInterval is the live scraper's default period.
@@ -366,7 +370,30 @@ func (s *sim) pick(id, replica int, eps []*backends.Endpoint) (int, error) {
 	if !ok || s.eps[replica][w] != ep {
 		return -1, fmt.Errorf("fleet: policy returned an endpoint it was not given: %s", ep.Address())
 	}
+	if s.opts.Estimates {
+		s.out[id].ExpectedTTFT, s.out[id].QuickestTTFT = expectedTTFT(ep, eps, r.PromptTokens)
+	}
 	return w, nil
+}
+
+// expectedTTFT is a prompt's expected time to first token on chosen, and the
+// least over eps, by the prefill backlog over the measured prefill rate
+// (policies.PrefillBacklog, backends.Endpoint.PrefillTokensPerSec); zero
+// where no rate is measured yet.
+func expectedTTFT(chosen *backends.Endpoint, eps []*backends.Endpoint, prompt int) (est, quickest time.Duration) {
+	at := func(e *backends.Endpoint) time.Duration {
+		rate := e.PrefillTokensPerSec()
+		if rate <= 0 {
+			return 0
+		}
+		return time.Duration(policies.PrefillBacklog(e, int64(prompt)) / rate * float64(time.Second))
+	}
+	for _, e := range eps {
+		if v := at(e); v > 0 && (quickest == 0 || v < quickest) {
+			quickest = v
+		}
+	}
+	return at(chosen), quickest
 }
 
 // submit hands request id to worker w at now, and starts the engine if it
