@@ -40,7 +40,8 @@
 //     deadline instead (see rateTTFT): a request may start up to slack
 //     (default 3) times its size over the mean prompt's later than the
 //     quickest start, at most budget_cap (default 6) times the quickest
-//     start, and takes the fullest endpoint within that, so short prompts
+//     start and, when max_delay is set, at most max_delay seconds after
+//     it, and takes the fullest endpoint within that, so short prompts
 //     keep the short queues under a burst.
 //   - prefix: the share of the request's prefix hashes (its first depth x
 //     256 bytes; default all the router computes) that the endpoint holds,
@@ -171,6 +172,12 @@ type ScorerParams struct {
 	// request's start, in multiples of the quickest candidate's expected
 	// TTFT, whatever its size; >= 1. Default DefaultBudgetCap.
 	BudgetCap float64 `yaml:"budget_cap"`
+	// MaxDelay is, for ttft, the most, in seconds, a congested pick may
+	// delay a request's start beyond the quickest candidate's expected
+	// TTFT, whatever BudgetCap allows: the budget cap scales with that
+	// TTFT, so in a deep burst it lets long prompts wait many seconds,
+	// which makes the p99. 0 (the default) sets no such bound.
+	MaxDelay float64 `yaml:"max_delay"`
 }
 
 // Defaults of the ttft scorer's congested packing.
@@ -306,8 +313,8 @@ func newScorer(sp ScorerParams) (scorer, error) {
 	if sp.Depth != 0 && sp.Type != "prefix" {
 		return nil, errors.New(".depth: only the prefix scorer takes a depth")
 	}
-	if (sp.Slack != nil || sp.Congestion != 0 || sp.BudgetCap != 0) && sp.Type != "ttft" {
-		return nil, errors.New(": only the ttft scorer takes slack, congestion and budget_cap")
+	if (sp.Slack != nil || sp.Congestion != 0 || sp.BudgetCap != 0 || sp.MaxDelay != 0) && sp.Type != "ttft" {
+		return nil, errors.New(": only the ttft scorer takes slack, congestion, budget_cap and max_delay")
 	}
 	switch sp.Type {
 	case "queue_depth":
@@ -319,7 +326,7 @@ func newScorer(sp ScorerParams) (scorer, error) {
 	case "throughput":
 		return throughputScorer{}, nil
 	case "ttft":
-		s := &ttftScorer{slack: DefaultSlack, congestion: DefaultCongestion, budgetCap: DefaultBudgetCap}
+		s := &ttftScorer{slack: DefaultSlack, congestion: DefaultCongestion, budgetCap: DefaultBudgetCap, maxDelay: sp.MaxDelay}
 		if sp.Slack != nil {
 			s.slack = *sp.Slack
 		}
@@ -337,6 +344,9 @@ func newScorer(sp ScorerParams) (scorer, error) {
 		}
 		if !(s.congestion > 0) || math.IsInf(s.congestion, 0) {
 			return nil, fmt.Errorf(".congestion: want > 0 seconds, got %v", sp.Congestion)
+		}
+		if !(s.maxDelay >= 0) || math.IsInf(s.maxDelay, 0) {
+			return nil, fmt.Errorf(".max_delay: want >= 0 seconds, got %v", sp.MaxDelay)
 		}
 		return s, nil
 	case "prefix":

@@ -145,6 +145,8 @@ func TestNewRejectsBadParams(t *testing.T) {
 		{map[string]any{"scorers": []any{map[string]any{"type": "queue_depth", "slack": 1}}}, "scorers[0]: only the ttft scorer"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "budget_cap": 2}}}, "scorers[0]: only the ttft scorer"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "budget_cap": 0.5}}}, "scorers[0].budget_cap: want >= 1"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "max_delay": -1}}}, "scorers[0].max_delay: want >= 0"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "queue_depth", "max_delay": 1}}}, "scorers[0]: only the ttft scorer"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "bias": 3}}}, "bias"},
 		{map[string]any{"picker": "min"}, "picker"},
 		{map[string]any{"tolerance": 2}, "tolerance"},
@@ -278,6 +280,13 @@ func TestTTFTScorerCongested(t *testing.T) {
 	assert.Equal(t, 1, pick(p, 5000, eps))
 	// A middling one (budget 0.6 s x 4 = 2.4 s) fits the second too.
 	assert.Equal(t, 1, pick(p, 1000, eps))
+
+	// max_delay 1 s bounds that budget to 1 + 1 = 2 s: the least loaded;
+	// 2 s allows 3 s, so the second again.
+	p = primed(scorers(map[string]any{"type": "ttft", "max_delay": 1}))
+	assert.Equal(t, 0, pick(p, 5000, eps))
+	p = primed(scorers(map[string]any{"type": "ttft", "max_delay": 2}))
+	assert.Equal(t, 1, pick(p, 5000, eps))
 
 	// Without the cap (1 + 3 x 5 = 16 s) the long one takes the fullest.
 	p = primed(scorers(map[string]any{"type": "ttft", "budget_cap": 100}))

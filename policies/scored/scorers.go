@@ -137,7 +137,7 @@ func (throughputScorer) rate(p *pick, e *backends.Endpoint) float64 {
 // ttftScorer rates the request's expected time to first token (see the
 // package doc and rate).
 type ttftScorer struct {
-	slack, congestion, budgetCap float64
+	slack, congestion, budgetCap, maxDelay float64
 	// meanPrompt is a moving average of the prompts picked for, as the
 	// bits of a float64: the scale of the slack.
 	meanPrompt atomic.Uint64
@@ -178,7 +178,7 @@ func (s *ttftScorer) finish(p *pick) {
 // the congestion threshold), (m+1)/(est+1) for a candidate where the
 // request's expected TTFT is est seconds. Congested, the request may start
 // up to budget = m x min(1 + slack x prompt/mean prompt, budgetCap)
-// seconds: a candidate
+// seconds (and at most m + maxDelay when that is set): a candidate
 // within the budget rates 0.5 + 0.5 x est/budget, so the fullest one that
 // still meets it wins, and one past it half its uncongested rating. Under a
 // burst this keeps the least loaded endpoints for the requests that need
@@ -199,6 +199,9 @@ func (s *ttftScorer) rate(p *pick, e *backends.Endpoint) float64 {
 		return x // p.pknown == 0: nothing measured, so m is tokens, not seconds
 	}
 	budget := m * min(1+s.slack*float64(p.prompt)/p.meanPrompt, s.budgetCap)
+	if s.maxDelay > 0 {
+		budget = min(budget, m+s.maxDelay)
+	}
 	if est <= budget {
 		return 0.5 + 0.5*est/budget
 	}
