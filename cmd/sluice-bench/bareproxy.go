@@ -62,14 +62,15 @@ func bareproxyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // newBareProxy is the bare proxy's handler in front of u and its transport.
 //
 // The handler turns on full duplex before proxying. Without it Go's HTTP/1
-// server closes a request's body once the response is flushed, and the
-// transport copying that body upstream may not yet have read its end: its
-// next read fails, the transport closes the upstream connection, and the
-// stream being relayed over it breaks ("use of closed network connection"
-// at the proxy, an unexpected EOF at the client). It did to 45 of 2,000
-// streams at concurrency 1 in front of an instant gpuworker, and to about
-// 3% of them in every make bench-overhead run before this. Sluice reads a
-// request's body whole before it sends it on, so it never hit this.
+// server, when a handler first writes its answer, reads what is left of the
+// request body and closes it, and the transport copying that body upstream
+// may not yet have read its end: its next read fails, the transport closes
+// the upstream connection, and the stream being relayed over it breaks ("use
+// of closed network connection" at the proxy, an unexpected EOF at the
+// client). It did to 45 of 2,000 streams at concurrency 1 in front of an
+// instant gpuworker, and to about 3% of them in every make bench-overhead
+// run before this. Sluice reads a request's body whole before it sends it
+// on, so it never hit this.
 func newBareProxy(u *url.URL) (http.Handler, *http.Transport) {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,

@@ -40,7 +40,9 @@ func createOutcomes(path string) (*outcomesFile, error) {
 // before a worker's prefill rate was first measured).
 func (o *outcomesFile) add(label string, spec fleet.Spec, reqs []workload.Request, res *fleet.Result) error {
 	profiles := spec.Profiles()
-	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64) }
+	ms := func(d time.Duration) string {
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
+	}
 	est := func(d time.Duration) string {
 		if d <= 0 {
 			return ""
