@@ -39,6 +39,7 @@ type loadFlags struct {
 	concurrency        int
 	stream             bool
 	jsonOut            string
+	outcomes           string
 	trace, traceFormat string
 	requests           int
 	seed               uint64
@@ -94,6 +95,7 @@ Flags:
 	fs.IntVar(&f.concurrency, "concurrency", 0, "maximum requests in flight; a due request waits for a slot (0 = unlimited)")
 	fs.BoolVar(&f.stream, "stream", false, "stream responses (SSE with usage), which measures TTFT and ITL; without it TTFT equals E2E latency")
 	fs.StringVar(&f.jsonOut, "json", "", "also write the report as JSON to `file`")
+	fs.StringVar(&f.outcomes, "outcomes", "", "also write one CSV line per request sent to `file`: its arrival, class, tenant, tokens, whether it completed (and why not), TTFT and end-to-end time")
 	fs.StringVar(&f.trace, "trace", "", "replay this trace `file` instead of synthetic load")
 	fs.StringVar(&f.traceFormat, "trace-format", "", "trace format: azure (CSV) or mooncake (JSONL); default from the file extension (.csv, .jsonl)")
 	fs.IntVar(&f.requests, "requests", 0, "send at most this many requests (0 = no limit)")
@@ -174,6 +176,12 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if f.jsonOut != "" {
 		if err := writeJSONFile(f.jsonOut, rep.writeJSON); err != nil {
+			fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
+			code = exitError
+		}
+	}
+	if f.outcomes != "" {
+		if err := writeLoadOutcomes(f.outcomes, reqs, classes, tenantOf, res.Samples); err != nil {
 			fmt.Fprintf(stderr, "sluice-bench load: %v\n", err)
 			code = exitError
 		}

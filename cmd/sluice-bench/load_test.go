@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -264,4 +266,46 @@ func TestLoadWorkloadFromFleet(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, reqs, 200)
 	assert.InEpsilon(t, 2*fleet.EstimateCapacity(spec, reqs), workload.Summarize(reqs).RatePerSec, 1e-6)
+}
+
+func TestLoadOutcomes(t *testing.T) {
+	target := startWorker(t)
+	path := filepath.Join(t.TempDir(), "outcomes.csv")
+	code, _, stderr := runCLI(t, "load", "--target", target, "--model", "m", "--rate", "200", "--requests", "40",
+		"--duration", "10s", "--prompt-mean", "64", "--output-mean", "8", "--stream", "--seed", "3",
+		"--mix", "priority=0.5,flex=0.5", "--outcomes", path)
+	require.Equal(t, exitOK, code, stderr)
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 1+40)
+	assert.Equal(t, loadOutcomesHeader, rows[0])
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	num := func(row []string, name string) float64 {
+		v, err := strconv.ParseFloat(row[col[name]], 64)
+		require.NoError(t, err, name)
+		return v
+	}
+	classes := map[string]int{}
+	for i, row := range rows[1:] {
+		assert.Equal(t, strconv.Itoa(i), row[col["request"]])
+		assert.Equal(t, "true", row[col["ok"]], row[col["error"]])
+		assert.Empty(t, row[col["tenant"]])
+		classes[row[col["class"]]]++
+		assert.Positive(t, num(row, "ttft_ms"))
+		assert.GreaterOrEqual(t, num(row, "e2e_ms"), num(row, "ttft_ms"))
+		assert.Positive(t, num(row, "prompt_tokens"))
+		assert.Positive(t, num(row, "output_tokens"))
+		if i > 0 {
+			assert.GreaterOrEqual(t, num(row, "arrival_s"), num(rows[i], "arrival_s"), "in workload order")
+		}
+	}
+	assert.Equal(t, 40, classes["priority"]+classes["flex"], "every request has a drawn class")
+	assert.Positive(t, classes["priority"])
+	assert.Positive(t, classes["flex"])
 }

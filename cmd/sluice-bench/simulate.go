@@ -260,7 +260,7 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	var outcomes *outcomesFile
 	if f.outcomes != "" {
-		if outcomes, err = createOutcomes(f.outcomes); err != nil {
+		if outcomes, err = createOutcomes(f.outcomes, simOutcomesHeader); err != nil {
 			fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 			return exitError
 		}
@@ -301,7 +301,7 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "sluice-bench simulate: %s: %d requests on %d workers in %.2fs wall\n",
 			pr.label, len(reqs), spec.Workers(), time.Since(start).Seconds())
 		if outcomes != nil {
-			if err := outcomes.add(pr.label, spec, reqs, res); err != nil {
+			if err := outcomes.addSim(pr.label, spec, reqs, res); err != nil {
 				fmt.Fprintf(stderr, "sluice-bench simulate: %v\n", err)
 				return exitError
 			}

@@ -133,7 +133,7 @@ func TestSimulateOutcomes(t *testing.T) {
 	rows, err := csv.NewReader(f).ReadAll()
 	require.NoError(t, err)
 	require.Len(t, rows, 1+2*300)
-	assert.Equal(t, outcomesHeader, rows[0])
+	assert.Equal(t, simOutcomesHeader, rows[0])
 	col := map[string]int{}
 	for i, name := range rows[0] {
 		col[name] = i
