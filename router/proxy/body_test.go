@@ -2,9 +2,15 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 
@@ -45,4 +51,55 @@ func TestReadBody(t *testing.T) {
 	assert.ErrorIs(t, err, boom)
 	_, err = p.ReadBody(iotest.TimeoutReader(bytes.NewReader([]byte(big))))
 	assert.ErrorIs(t, err, iotest.ErrTimeout)
+}
+
+// writeCounter is a connection that counts its writes.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int32
+}
+
+func (c writeCounter) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// An attempt's request goes to the backend in one write, headers and body
+// together: the transport flushes the headers on their own for a body it
+// does not know to be in memory, which costs a syscall and a segment per
+// request and has the backend read twice.
+func TestRequestSentInOneWrite(t *testing.T) {
+	got := make(chan []byte, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- b
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(srv.Close)
+	target, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+
+	var writes atomic.Int32
+	tr := NewTransport(TransportOptions{})
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	p, err := New(Options{Transport: tr})
+	require.NoError(t, err)
+
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	for i := range 3 {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		require.NoError(t, p.Forward(rec, req, Attempt{Target: target, Body: body}))
+		assert.Equal(t, http.StatusOK, rec.Code)
+		assert.Equal(t, string(body), string(<-got))
+		assert.EqualValues(t, i+1, writes.Load(), "request %d", i)
+	}
 }

@@ -148,7 +148,7 @@ type Attempt struct {
 // ReverseProxy's hooks through the request's context (attemptOf).
 type attempt struct {
 	Attempt
-	body      bodyReader
+	body      bytes.Reader // the request body, sent as io.NopCloser(&body)
 	fb        firstByteTimer
 	stream    streamBody // the answer's, when streaming
 	streaming bool       // the answer is an event stream
@@ -164,12 +164,6 @@ var errRelayed = errors.New("proxy: stream relayed")
 type attemptKey struct{}
 
 func attemptOf(ctx context.Context) *attempt { return ctx.Value(attemptKey{}).(*attempt) }
-
-// bodyReader is an attempt's request body: the transport closes it, which
-// does nothing.
-type bodyReader struct{ bytes.Reader }
-
-func (*bodyReader) Close() error { return nil }
 
 // getBody gives the transport a fresh copy of the body when it resends the
 // request on another connection.
@@ -250,7 +244,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	a := attemptOf(pr.In.Context())
 	pr.SetURL(a.Target)
 	pr.Out.Host = a.Target.Host
-	pr.Out.Body = &a.body
+	// io.NopCloser over a *bytes.Reader is a body the transport knows to be
+	// in memory, so it writes the request line, headers and body in one
+	// write. Any other type (this was one with its own Close) makes it
+	// flush the headers first, in case the body is slow: two writes and
+	// two segments per request, and the backend reads twice.
+	pr.Out.Body = io.NopCloser(&a.body)
 	pr.Out.ContentLength = int64(len(a.Body)) // the transport writes Content-Length from this, never from the header
 	pr.Out.GetBody = a.getBody
 	h := pr.Out.Header
