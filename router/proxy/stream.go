@@ -120,13 +120,17 @@ func (s *streamBody) cut() *StreamCutError {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if bytes.HasSuffix(bytes.TrimRight(s.tail[:s.n], "\r\n"), []byte("[DONE]")) {
+		// The answer is whole. An error after [DONE] cut nothing: the
+		// client leaving as soon as it has read it (the OpenAI SDKs close
+		// the stream there), which cancels the read of the backend's end
+		// of the body, or the backend closing the connection.
+		return nil
+	}
 	if s.err != nil {
 		return &StreamCutError{Stalled: s.stalled, Err: s.err}
 	}
-	if !bytes.HasSuffix(bytes.TrimRight(s.tail[:s.n], "\r\n"), []byte("[DONE]")) {
-		return &StreamCutError{Err: errNoDone}
-	}
-	return nil
+	return &StreamCutError{Err: errNoDone}
 }
 
 // ErrorEvent is the server-sent event that ends a cut stream, in the shape

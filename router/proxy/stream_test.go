@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -158,4 +159,45 @@ func TestWholeAnswerSentBeforeHandlerReturns(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, res.Body.Close())
 	assert.JSONEq(t, `{"choices":[]}`, string(b))
+}
+
+// doneCanceler records what is written and cancels the request's context
+// once [DONE] has been, as a client that closes the stream there does.
+type doneCanceler struct {
+	*httptest.ResponseRecorder
+	cancel context.CancelFunc
+}
+
+func (d doneCanceler) Write(b []byte) (int, error) {
+	n, err := d.ResponseRecorder.Write(b)
+	if strings.Contains(d.Body.String(), "[DONE]") {
+		d.cancel()
+	}
+	return n, err
+}
+
+// A client that leaves as soon as it has read [DONE] (the OpenAI SDKs close
+// the stream there) got the whole answer: the read of the backend's end of
+// the body that its leaving cancels cuts nothing. It was counted as a client
+// gone before the end, with status 499 and its tokens not charged.
+func TestStreamWholeWhenClientLeavesAfterDone(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"n\":0}\n\ndata: [DONE]\n\n")
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done() // the body's end comes only after the proxy has left
+	}))
+	t.Cleanup(srv.Close)
+	target, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	p, err := New(Options{Transport: NewTransport(TransportOptions{}), StreamIdleTimeout: time.Minute})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec := doneCanceler{ResponseRecorder: httptest.NewRecorder(), cancel: cancel}
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil).WithContext(ctx)
+	require.NoError(t, p.Forward(rec, req, Attempt{Target: target, Body: []byte(`{"stream":true}`)}))
+	assert.Equal(t, "data: {\"n\":0}\n\ndata: [DONE]\n\n", rec.Body.String())
+	assert.Zero(t, p.openStreams())
 }
