@@ -275,22 +275,9 @@ func TestLoadOutcomes(t *testing.T) {
 		"--duration", "10s", "--prompt-mean", "64", "--output-mean", "8", "--stream", "--seed", "3",
 		"--mix", "priority=0.5,flex=0.5", "--outcomes", path)
 	require.Equal(t, exitOK, code, stderr)
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	require.NoError(t, err)
+	rows, col, num := readOutcomes(t, path)
 	require.Len(t, rows, 1+40)
 	assert.Equal(t, loadOutcomesHeader, rows[0])
-	col := map[string]int{}
-	for i, name := range rows[0] {
-		col[name] = i
-	}
-	num := func(row []string, name string) float64 {
-		v, err := strconv.ParseFloat(row[col[name]], 64)
-		require.NoError(t, err, name)
-		return v
-	}
 	classes := map[string]int{}
 	for i, row := range rows[1:] {
 		assert.Equal(t, strconv.Itoa(i), row[col["request"]])
@@ -308,4 +295,26 @@ func TestLoadOutcomes(t *testing.T) {
 	assert.Equal(t, 40, classes["priority"]+classes["flex"], "every request has a drawn class")
 	assert.Positive(t, classes["priority"])
 	assert.Positive(t, classes["flex"])
+}
+
+// readOutcomes reads an --outcomes file: its rows (the header first), each
+// column's index by name, and a reader of a row's number in a column.
+func readOutcomes(t *testing.T, path string) (rows [][]string, col map[string]int, num func(row []string, name string) float64) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err = csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.NotEmpty(t, rows)
+	col = map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	num = func(row []string, name string) float64 {
+		v, err := strconv.ParseFloat(row[col[name]], 64)
+		require.NoError(t, err, name)
+		return v
+	}
+	return rows, col, num
 }

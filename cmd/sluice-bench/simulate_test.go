@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/csv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -127,22 +126,9 @@ func TestSimulateOutcomes(t *testing.T) {
 	code, _, stderr := runCLI(t, "simulate", "--fleet", "2xh100-llama3-8b,1xl4-llama3-8b", "--synthetic",
 		"--requests", "300", "--load", "1.5", "--policy", "least_request", "--oracle", "--outcomes", path)
 	require.Equal(t, exitOK, code, stderr)
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	require.NoError(t, err)
+	rows, col, num := readOutcomes(t, path)
 	require.Len(t, rows, 1+2*300)
 	assert.Equal(t, simOutcomesHeader, rows[0])
-	col := map[string]int{}
-	for i, name := range rows[0] {
-		col[name] = i
-	}
-	num := func(row []string, name string) float64 {
-		v, err := strconv.ParseFloat(row[col[name]], 64)
-		require.NoError(t, err, name)
-		return v
-	}
 	estimated, detours := 0, 0
 	for i, row := range rows[1:] {
 		policy := "least_request"
