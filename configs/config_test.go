@@ -91,6 +91,8 @@ func TestParseRejects(t *testing.T) {
 		{"bad session header", "session_header: \"X Session\"\n" + minimal, []string{"session_header: want an HTTP header name"}},
 		{"negative model timeouts", "models:\n  - name: m\n    timeouts: {first_byte: -1s, total: -2s}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].timeouts.first_byte: must not be negative", "models[0].timeouts.total: must not be negative"}},
+		{"negative admission bounds", "models:\n  - name: m\n    admission: {max_pending_prompt_tokens: -1, max_pending_prefill: -50ms}\n    backends:\n      - url: http://a:1\n",
+			[]string{"models[0].admission.max_pending_prompt_tokens: must not be negative", "models[0].admission.max_pending_prefill: must not be negative"}},
 		{"many problems at once", `
 models:
   - backends: []

@@ -143,6 +143,9 @@ func (c *Config) Validate() error {
 		if a.MaxPendingPromptTokens < 0 {
 			bad(p+".max_pending_prompt_tokens", "must not be negative (0 is off), got %d", a.MaxPendingPromptTokens)
 		}
+		if a.MaxPendingPrefill < 0 {
+			bad(p+".max_pending_prefill", "must not be negative (0 is off), got %s", a.MaxPendingPrefill.Std())
+		}
 		if a.Replicas < 1 {
 			bad(p+".replicas", "must be at least 1, got %d", a.Replicas)
 		}

@@ -21,7 +21,8 @@
 # Builds nothing: run `make build` first. Knobs (environment): H100S=1 L4S=2
 # SPEEDUP=1 LIGHT=0.5 OVER=1.3 REQUESTS=2000 MIX=priority=0.3,flex=0.7
 # TENANTS=heavy=10,light=1 H100_BUDGET= L4_BUDGET= (both set: these budgets
-# instead of the simulator's)
+# instead of the simulator's) PENDING_PREFILL= (admission.max_pending_prefill,
+# and simulate's --max-pending-prefill, e.g. 50ms; empty: off)
 # REPLICAS=1 REDIS_URL=redis://127.0.0.1:6379/0 RUNS="light over over-noadm"
 # BASE_PORT=19600 BIN=bin KEEP=1 (keep the run's files)
 set -euo pipefail
@@ -85,9 +86,10 @@ config() { # admission on|off, router port, tenants (yes|no)
 	fi
 	echo "models:"
 	echo "  - name: $MODEL"
-	if [ "$REPLICAS" -gt 1 ]; then
+	if [ "$REPLICAS" -gt 1 ] || [ -n "${PENDING_PREFILL:-}" ]; then
 		echo "    admission:"
-		echo "      replicas: $REPLICAS"
+		if [ "$REPLICAS" -gt 1 ]; then echo "      replicas: $REPLICAS"; fi
+		if [ -n "${PENDING_PREFILL:-}" ]; then echo "      max_pending_prefill: $PENDING_PREFILL"; fi
 	fi
 	echo "    backends:"
 	local port=$BASE_PORT
@@ -134,7 +136,8 @@ run() { # name, admission on|off, load[, extra load and simulate flags]
 		--requests "$REQUESTS" --duration 24h "${shares[@]}" "${keys[@]}" --stream --quiet --seed 2 --time-scale "$SPEEDUP" \
 		--json "$tmp/$name.json" >/dev/null
 	"$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$load" "${shares[@]}" --seed 2 \
-		--policy default $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET") \
+		--policy default $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET" \
+			${PENDING_PREFILL:+--max-pending-prefill "$PENDING_PREFILL"}) \
 		--json "$tmp/$name-sim.json" >/dev/null 2>&1
 }
 RUNS=${RUNS:-light over over-noadm}
@@ -149,7 +152,7 @@ for r in $RUNS; do
 done
 stop_all
 
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; $REPLICAS Sluice replica(s)"
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-off}; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]

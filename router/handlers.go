@@ -300,7 +300,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		canRetry := attempt < rt.retries && others
 		rec.backend, rec.sentAt = ep.Address(), now
 		at := proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), Body: body, TurnBack: canRetry, FirstByteTimeout: fb}
-		aerr := rt.attempt(w, r, ep, preq, at, strip, out, done, attempt+1, retryReason)
+		aerr := rt.attempt(w, r, ep, preq, at, strip, out, done, ticket, attempt+1, retryReason)
 		if aerr == nil {
 			return nil
 		}
@@ -332,14 +332,16 @@ const batchFirstByteFactor = 10
 // attempt sends one request to ep as at says, leaves its outcome in out
 // and returns the error when nothing was relayed to the client.
 //
-// breakerDone, when set, is told how the attempt ended.
+// breakerDone, when set, is told how the attempt ended; ticket, when
+// admission bound the request, is told when the attempt starts and when a
+// stream's first token arrives (its prefill bounds count both).
 //
 // With at.TurnBack, a 502, 503 or 429 answer is not relayed: the attempt
 // fails with it, so that the caller can try another backend.
 //
 // n numbers the attempt from 1, and retryReason says why the one before
 // did not answer; both are for its span.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, at proxy.Attempt, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass), n int, retryReason string) (err error) {
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, at proxy.Attempt, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass), ticket *admission.Ticket, n int, retryReason string) (err error) {
 	reqSpan := trace.SpanFromContext(r.Context())
 	ctx, span := rt.startSpan(r.Context(), "upstream", trace.SpanKindClient)
 	if span.IsRecording() {
@@ -353,6 +355,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	} else {
 		att = ep.StartWhole(int64(preq.PromptTokens), preq.ExpectedTokens())
 	}
+	ticket.Started()
 	*out = backends.Outcome{Class: backends.ClassFailed} // kept if Forward panics with http.ErrAbortHandler mid-stream
 	mw := measure.NewWriter(w, start, rt.now)
 	mw.StripUsageChunk = strip
@@ -360,6 +363,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	mw.OnFirstByte = func() {
 		if preq.Stream {
 			att.FirstToken(rt.now().Sub(start))
+			ticket.Prefilled()
 		} else {
 			whole = rt.now().Sub(start) // a whole answer: its first byte is not a first token
 		}

@@ -18,15 +18,16 @@ import (
 
 // admissionFlags are simulate's flags of the admit stage.
 type admissionFlags struct {
-	admit    bool
-	maxWait  string
-	budget   string
-	queueMax int
-	prefill  float64
-	detour   time.Duration
-	kvMax    float64
-	batchPre time.Duration
-	weights  string
+	admit          bool
+	maxWait        string
+	budget         string
+	queueMax       int
+	prefill        float64
+	pendingPrefill time.Duration
+	detour         time.Duration
+	kvMax          float64
+	batchPre       time.Duration
+	weights        string
 
 	tenantWeights map[string]float64 // parsed --tenant-weights
 
@@ -39,6 +40,7 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&a.admit, "admission", false, "run the policy rows through admission control: each worker takes at most its budget of requests in flight, the rest wait in one queue (by service class, then token-fair between tenants, then arrival) and are bound to a worker only when it has room (late binding); a request that waits past its class's maximum, or that a full queue pushes out (flex first), is shed. The oracle row is unchanged")
 	fs.StringVar(&a.maxWait, "max-wait", "", "with --admission, each class's longest wait, e.g. priority=30s,flex=10m (defaults: priority 30s, default 2m, flex 10m; a negative duration means no limit)")
 	fs.StringVar(&a.budget, "budget", "", "with --admission, every worker's budget of requests in flight (`N`), or per profile (PROFILE=N,...); default: the batch a saturated worker runs for this workload, plus one step's prompts (fleet.DefaultBudgets)")
+	fs.DurationVar(&a.pendingPrefill, "max-pending-prefill", 0, "with --admission, a worker with requests in flight has room only while the prompt tokens bound to it and not yet prefilled would take less than this at the prefill rate the router measured for it (the router's admission.max_pending_prefill; no bound before the first measurement; 0 = off)")
 	fs.Float64Var(&a.prefill, "prefill-steps", 0, "with --admission, a worker has room only while the prompt tokens bound to it and not yet prefilled are fewer than this many of its steps' token budgets (default 1, as the reference binds; negative = no such bound, the budget alone)")
 	fs.DurationVar(&a.detour, "max-detour", 0, "with --admission, a worker takes the next request only if the request's estimated time to first token there is within this of its best estimate on any worker; otherwise the request waits for one that suits it and later ones may go ahead (default 1s; negative = off)")
 	fs.Float64Var(&a.kvMax, "kv-max", 0, "with --admission, the scraped KV-cache use (0..1) at which a busy worker takes no more requests (default 0.95; negative = off)")
@@ -50,8 +52,11 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 // validate parses --max-wait and --budget.
 func (a *admissionFlags) validate() error {
 	var errs []error
-	if !a.admit && (a.maxWait != "" || a.budget != "" || a.queueMax != 0) {
-		errs = append(errs, errors.New("--max-wait, --budget and --queue-max need --admission"))
+	if !a.admit && (a.maxWait != "" || a.budget != "" || a.queueMax != 0 || a.pendingPrefill != 0) {
+		errs = append(errs, errors.New("--max-wait, --budget, --queue-max and --max-pending-prefill need --admission"))
+	}
+	if a.pendingPrefill < 0 {
+		errs = append(errs, errors.New("--max-pending-prefill must not be negative (0 is off)"))
 	}
 	if !a.admit && a.weights != "" {
 		errs = append(errs, errors.New("--tenant-weights needs --admission"))
@@ -139,7 +144,7 @@ func (a *admissionFlags) options(spec fleet.Spec, reqs []workload.Request) *flee
 	if !a.admit {
 		return nil
 	}
-	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, MaxDetour: a.detour, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
+	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, PendingPrefill: a.pendingPrefill, MaxDetour: a.detour, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
 	if a.budgetAll > 0 || a.budgetByPr != nil {
 		for _, g := range spec {
 			n := a.budgetAll

@@ -140,6 +140,8 @@ func TestSimulateClassFlagErrors(t *testing.T) {
 		{"bad max wait", []string{"--admission", "--max-wait", "flex=soon"}},
 		{"max wait of no class", []string{"--admission", "--max-wait", "batch=1m"}},
 		{"negative queue", []string{"--admission", "--queue-max", "-1"}},
+		{"pending prefill without admission", []string{"--max-pending-prefill", "50ms"}},
+		{"negative pending prefill", []string{"--admission", "--max-pending-prefill", "-1ms"}},
 		{"weights without admission", []string{"--tenants", "a=1", "--tenant-weights", "a=2"}},
 		{"weight below 1", []string{"--admission", "--tenants", "a=1", "--tenant-weights", "a=0.5"}},
 		{"bad weight", []string{"--admission", "--tenants", "a=1", "--tenant-weights", "a=x"}},

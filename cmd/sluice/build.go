@@ -147,7 +147,8 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		Replicas:  m.Admission.Replicas,
 		KVMax:     m.Admission.KVMax,
 		// Negative turns it off in both; zero cannot reach here (defaulted).
-		BatchPrefill: m.Admission.BatchPrefill.Std(),
+		BatchPrefill:      m.Admission.BatchPrefill.Std(),
+		MaxPendingPrefill: m.Admission.MaxPendingPrefill.Std(),
 	}
 	if o.KVMax >= 1 {
 		o.KVMax = -1 // off

@@ -71,6 +71,14 @@ type Admission struct {
 	// scheduler binds. Zero means DefaultPrefillSteps; negative turns the
 	// bound off, leaving the budget alone.
 	PrefillSteps float64
+	// PendingPrefill is the router's admission.max_pending_prefill: a
+	// worker with requests in flight has no room while its prompt tokens
+	// bound and not yet prefilled would take at least this at the prefill
+	// rate the router measured for it (backends.Endpoint's
+	// PrefillTokensPerSec, from times to first token: under load below
+	// the profile's, since a step's decode work shares it), as the live
+	// gate does; no bound before the first measurement. Zero turns it off.
+	PendingPrefill time.Duration
 	// MaxDetour keeps a prompt off a worker where it would wait much
 	// longer for its first token than on another: a worker takes the next
 	// request only if the request's estimated time to first token there
@@ -245,7 +253,9 @@ type gate struct {
 	// pendingMax is the bound on pending (0: none).
 	pending    []int64
 	pendingMax []int64
-	unfilled   []bool
+	// pendingPrefill is Admission.PendingPrefill in seconds (0: off).
+	pendingPrefill float64
+	unfilled       []bool
 
 	// rate is each worker's prefill rate in tokens/s, detour the bound on
 	// a request's extra estimated wait (s; < 0 off), aside the requests
@@ -330,6 +340,7 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 			g.rate[w] = float64(p.MaxBatchedTokens) / d.Seconds()
 		}
 	}
+	g.pendingPrefill = a.PendingPrefill.Seconds()
 	if bp := cmp.Or(a.BatchPrefill, DefaultBatchPrefill); bp > 0 && s.batch != nil && s.confined(s.batch.first) {
 		g.batchMax, g.idleMax, g.others = make([]int64, n), make([]int64, n), make([]int, n)
 		for w := range g.batchMax {
@@ -632,6 +643,11 @@ func (g *gate) hasRoom(w int, batch bool) bool {
 	if batch && g.batchMax != nil && g.pending[w] > 0 && g.pending[w] >= g.batchBound(w) {
 		return false
 	}
+	if g.pendingPrefill > 0 && n > 0 {
+		if r := g.measuredPrefill(w); r > 0 && float64(g.pending[w]) >= r*g.pendingPrefill {
+			return false
+		}
+	}
 	if n == 0 || g.kvMax < 0 {
 		return true
 	}
@@ -642,6 +658,22 @@ func (g *gate) hasRoom(w int, batch bool) bool {
 		}
 	}
 	return last == nil || last.KVUsage < g.kvMax
+}
+
+// measuredPrefill is worker w's prefill rate as the routers measured it
+// (the mean over the replicas that have a measurement), or 0 before any.
+func (g *gate) measuredPrefill(w int) float64 {
+	sum, k := 0.0, 0
+	for r := range g.s.eps {
+		if v := g.s.eps[r][w].PrefillTokensPerSec(); v > 0 {
+			sum += v
+			k++
+		}
+	}
+	if k == 0 {
+		return 0
+	}
+	return sum / float64(k)
 }
 
 // expire sheds every waiting request whose class's maximum wait ended

@@ -223,6 +223,44 @@ func TestAdmissionPrefillBound(t *testing.T) {
 	assert.Positive(t, res.Requests[len(reqs)-1].Held)
 }
 
+// The prefill bound in time (the router's admission.max_pending_prefill),
+// at the prefill rate the router measured: a first request alone measures
+// the rate at which the worker prefills 1,000 tokens, and a bound of 1,500
+// tokens' time at that rate then lets a second prompt of a burst join the
+// first and no third, so the burst's steps hold two prompts each where one
+// step's budget (the default bound) lets eight in.
+func TestAdmissionPendingPrefillBound(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b")
+	reqs := []workload.Request{{PromptTokens: 1000, OutputTokens: 2}}
+	for range 20 {
+		reqs = append(reqs, workload.Request{Arrival: 200 * time.Millisecond, PromptTokens: 1000, OutputTokens: 2})
+	}
+	p := spec.Profiles()[0]
+	one := p.PrefillTime(1000, 0)
+	bound := time.Duration(1.5 * float64(one))
+	run := func(a *Admission) []Outcome {
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), Admission: a}, reqs)
+		require.NoError(t, err)
+		for i, o := range res.Requests {
+			require.True(t, o.OK, "request %d: %s", i, o.Err)
+		}
+		return res.Requests[1:] // the burst
+	}
+	timed, stepped := run(&Admission{PendingPrefill: bound}), run(&Admission{})
+	// The burst's first starts alone on the idle worker; from then on its
+	// prompts are bound two at a time and prefilled two per step.
+	two := p.PrefillTime(2000, 0)
+	for k := 1; 2*k < len(timed); k++ {
+		assert.Equal(t, timed[2*k-1].TTFT, timed[2*k].TTFT, "burst requests %d and %d share a step", 2*k-1, 2*k)
+	}
+	for i, o := range timed {
+		assert.LessOrEqual(t, o.TTFT-o.Held, one+two+two/4, "burst request %d: bound at most a step of one and one of two prompts before its first token", i)
+	}
+	assert.Positive(t, timed[2].Held, "the third waits in the queue")
+	assert.Equal(t, stepped[1].TTFT, stepped[8].TTFT, "one step's budget: eight prompts in the second step")
+	assert.Greater(t, stepped[8].TTFT-stepped[8].Held, 3*two)
+}
+
 // Under overload priority waits less than flex: it goes first in the queue.
 func TestAdmissionPriorityWaitsLess(t *testing.T) {
 	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")

@@ -54,6 +54,12 @@ type Options struct {
 	// replica knows it) has no room; about one engine step's token budget
 	// binds a request only when its prefill can start soon. 0 turns it off.
 	MaxPendingPrompt func(*backends.Endpoint) int64
+	// MaxPendingPrefill is MaxPendingPrompt in time: an endpoint with
+	// requests in flight through this gate has no room while its prompt
+	// tokens not yet past their first token would take at least this at
+	// its measured prefill rate (PrefillTokensPerSec; no bound before the
+	// first measurement). 0 turns it off.
+	MaxPendingPrefill time.Duration
 	// BatchPrefill keeps batch requests (Request.Batch) to what other
 	// work leaves: while an endpoint has other requests in flight through
 	// this gate, it takes a batch request only if the prompt tokens
@@ -130,9 +136,15 @@ type Gate struct {
 	// MaxBatchAside, so the requests behind them may go first.
 	aside   []*waiter
 	granted map[*backends.Endpoint]int
-	others  map[*backends.Endpoint]int       // granted, less batch requests
-	full    map[*backends.Endpoint]time.Time // shared store said full, until
-	scratch []*backends.Endpoint
+	others  map[*backends.Endpoint]int // granted, less batch requests
+	// unstarted is, per endpoint, the prompt tokens of requests bound
+	// there whose attempt has not started yet (Ticket.Started), so not yet
+	// in the endpoint's PendingPromptTokens; the prefill bounds count them
+	// too, else one dispatch could bind a burst where one prompt fits.
+	// Kept only with those bounds (tracksPending).
+	unstarted map[*backends.Endpoint]int64
+	full      map[*backends.Endpoint]time.Time // shared store said full, until
+	scratch   []*backends.Endpoint
 	// orphans are leases whose Acquire failed (a deadline, say) after the
 	// store may have granted them; each is released with the next release
 	// that reaches the store, so a slow store does not strand slots until
@@ -182,7 +194,7 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 		return nil, fmt.Errorf("admission: lease prefix: %w", err)
 	}
 	return &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
-		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, full: map[*backends.Endpoint]time.Time{}, now: time.Now}, nil
+		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint]time.Time{}, now: time.Now}, nil
 }
 
 // Ticket is an admitted request's hold on its endpoint; Release it once
@@ -195,6 +207,8 @@ type Ticket struct {
 	batch    bool
 	waited   time.Duration
 	released bool
+	prompt   int64 // the request's prompt tokens, in Gate.unstarted until started
+	started  bool  // the attempt on ep has started (or nothing is tracked)
 }
 
 // Endpoint is where the request is bound.
@@ -233,7 +247,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 				return nil, err
 			}
 			g.admitted(r.Class, 0)
-			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class, batch: r.Batch}, nil
+			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class, batch: r.Batch, prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
 		}
 	}
 	w := &waiter{r: r, ready: make(chan result, 1)}
@@ -259,7 +273,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	// Room that frees without a release here (another replica's, a KV cache
 	// draining, a prefill done) is seen by looking again every Patience.
 	var poll <-chan time.Time
-	if g.o.Shared != nil || g.o.KVMax > 0 || g.o.MaxPendingPrompt != nil || g.o.BatchPrefill > 0 {
+	if g.o.Shared != nil || g.o.KVMax > 0 || g.o.MaxPendingPrompt != nil || g.o.MaxPendingPrefill > 0 || g.o.BatchPrefill > 0 {
 		tick := time.NewTicker(g.o.Patience)
 		defer tick.Stop()
 		poll = tick.C
@@ -277,6 +291,9 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 			}
 		case <-ctx.Done():
 			if res, ok := g.leave(w); ok && res.ep != nil {
+				g.mu.Lock()
+				g.startedLocked(res.ep, promptOf(r.Routing)) // it will not run
+				g.mu.Unlock()
 				g.release(res.ep, res.lease, r.Batch) // bound as the client left: give the slot back
 			}
 			return nil, ctx.Err()
@@ -293,7 +310,8 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	}
 	waited := g.now().Sub(start)
 	g.admitted(r.Class, waited)
-	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, batch: r.Batch, waited: waited}, nil
+	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, batch: r.Batch, waited: waited,
+		prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
 }
 
 // pollDue reports whether a waiter's poll should dispatch: at most one
@@ -418,7 +436,36 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 	if !batch {
 		g.others[ep]++
 	}
+	if g.tracksPending() {
+		g.unstarted[ep] += promptOf(routing)
+	}
 	return ep, lease, nil
+}
+
+// tracksPending reports whether the gate bounds endpoints' pending prompt
+// tokens (MaxPendingPrompt, MaxPendingPrefill) and so keeps unstarted.
+func (g *Gate) tracksPending() bool {
+	return g.o.MaxPendingPrompt != nil || g.o.MaxPendingPrefill > 0
+}
+
+// startedLocked takes a bound request's prompt out of ep's unstarted
+// tokens: its attempt started, or it will not run there.
+func (g *Gate) startedLocked(ep *backends.Endpoint, prompt int64) {
+	if !g.tracksPending() || ep == nil {
+		return
+	}
+	if n := g.unstarted[ep] - prompt; n > 0 {
+		g.unstarted[ep] = n
+	} else {
+		delete(g.unstarted, ep)
+	}
+}
+
+func promptOf(r *policies.Request) int64 {
+	if r == nil {
+		return 0
+	}
+	return int64(r.PromptTokens)
 }
 
 // DefaultBatchPrefill is Options.BatchPrefill's default; the simulator's
@@ -477,7 +524,12 @@ func (g *Gate) hasRoom(e *backends.Endpoint) bool {
 		}
 	}
 	if g.o.MaxPendingPrompt != nil {
-		if m := g.o.MaxPendingPrompt(e); m > 0 && g.granted[e] > 0 && e.PendingPromptTokens() >= m {
+		if m := g.o.MaxPendingPrompt(e); m > 0 && g.granted[e] > 0 && e.PendingPromptTokens()+g.unstarted[e] >= m {
+			return false
+		}
+	}
+	if d := g.o.MaxPendingPrefill; d > 0 && g.granted[e] > 0 {
+		if r := e.PrefillTokensPerSec(); r > 0 && float64(e.PendingPromptTokens()+g.unstarted[e]) >= r*d.Seconds() {
 			return false
 		}
 	}
@@ -600,7 +652,42 @@ func (t *Ticket) Release() {
 		return
 	}
 	t.released = true
+	t.Started() // if it never started, its prompt leaves the count
 	t.g.release(t.ep, t.lease, t.batch)
+}
+
+// Started tells the gate that the request's attempt on the ticket's
+// endpoint has started, so its prompt now counts in the endpoint's own
+// PendingPromptTokens. Nil-safe; later calls do nothing until a Rebind.
+func (t *Ticket) Started() {
+	if t == nil || t.started {
+		return
+	}
+	t.started = true
+	t.g.mu.Lock()
+	t.g.startedLocked(t.ep, t.prompt)
+	t.g.mu.Unlock()
+}
+
+// Prefilled tells the gate that the ticket's request has its first token,
+// so its prompt no longer counts toward its endpoint's prefill bounds
+// (MaxPendingPrompt, MaxPendingPrefill, BatchPrefill): a request waiting
+// for that room binds now rather than at its next look, as the simulator's
+// gate binds at the first token. Nil-safe; without those bounds it does
+// nothing.
+func (t *Ticket) Prefilled() {
+	if t == nil {
+		return
+	}
+	g := t.g
+	if g.o.MaxPendingPrompt == nil && g.o.MaxPendingPrefill <= 0 && g.o.BatchPrefill <= 0 {
+		return
+	}
+	g.mu.Lock()
+	if g.q.Len()+len(g.aside) > 0 {
+		g.dispatchLocked()
+	}
+	g.mu.Unlock()
 }
 
 // Rebind moves the ticket to another endpoint with room that is not in
@@ -615,7 +702,11 @@ func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude 
 		return err
 	}
 	old, oldLease := t.ep, t.lease
+	if !t.started {
+		g.startedLocked(old, t.prompt)
+	}
 	t.ep, t.lease = ep, lease
+	t.prompt, t.started = promptOf(routing), !g.tracksPending()
 	g.mu.Unlock()
 	g.release(old, oldLease, t.batch)
 	return nil

@@ -231,6 +231,136 @@ func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
 	}
 }
 
+func TestGateHoldsRequestsFromALongPrefillBacklogInTime(t *testing.T) {
+	e, err := backends.NewEndpoint("http://10.0.0.9:8000", 1)
+	require.NoError(t, err)
+	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+	require.NoError(t, err)
+	rr, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := admission.NewGate(pool, rr, admission.Options{
+		Budget:            func(*backends.Endpoint) int { return 10 },
+		Patience:          10 * time.Millisecond,
+		KVMax:             -1,
+		MaxPendingPrefill: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	// Before the endpoint's prefill rate is measured there is no bound.
+	first, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	unmeasured := e.Start(5000, 5100)
+	second, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err, "no measured rate: the 5,000 pending tokens hold nothing back")
+	unmeasured.FirstToken(5 * time.Second) // 1,000 prompt tokens/s: the bound is 100 tokens
+	require.InDelta(t, 1000, e.PrefillTokensPerSec(), 1)
+
+	small := e.Start(99, 100)
+	third, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err, "99 pending tokens take 99 ms, under the bound")
+	big := e.Start(50, 60) // 149 pending: 149 ms
+	fourth := queued(t, g, ctx, req(admission.Default, "x"))
+	select {
+	case r := <-fourth:
+		t.Fatalf("admitted with 149 ms of prefill pending: %v", r.err)
+	case <-time.After(50 * time.Millisecond): // five looks at Patience 10ms
+	}
+	small.FirstToken(99 * time.Millisecond) // 50 pending: room again
+	r := <-fourth
+	require.NoError(t, r.err)
+	big.FirstToken(149 * time.Millisecond)
+	for _, a := range []*backends.Attempt{&unmeasured, &small, &big} {
+		a.Finish(backends.Outcome{})
+	}
+	for _, tk := range []*admission.Ticket{first, second, third, r.t} {
+		tk.Release()
+	}
+}
+
+// A ticket's Prefilled binds a request waiting for prefill room at once,
+// not at its next look (an hour away here).
+func TestGatePrefilledBindsTheNextAtOnce(t *testing.T) {
+	e, err := backends.NewEndpoint("http://10.0.0.9:8000", 1)
+	require.NoError(t, err)
+	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+	require.NoError(t, err)
+	rr, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := admission.NewGate(pool, rr, admission.Options{
+		Budget:            func(*backends.Endpoint) int { return 10 },
+		Patience:          time.Hour,
+		KVMax:             -1,
+		MaxPendingPrefill: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	e.ObservePrefill(0, 1000, time.Second) // 1,000 tokens/s: the bound is 100 tokens
+	ctx := context.Background()
+	first, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	att := e.Start(500, 600)
+	second := queued(t, g, ctx, req(admission.Default, "x"))
+	att.FirstToken(500 * time.Millisecond)
+	var nilTicket *admission.Ticket
+	nilTicket.Prefilled() // no admission: nothing to do
+	first.Prefilled()
+	select {
+	case r := <-second:
+		require.NoError(t, r.err)
+		r.t.Release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting request was not bound at the first token")
+	}
+	att.Finish(backends.Outcome{})
+	first.Release()
+}
+
+// Requests bound and not yet started count toward the prefill bound: a
+// burst dispatched at once fills it as the prompts are bound, not only as
+// their attempts start.
+func TestGateCountsBoundPromptsBeforeTheyStart(t *testing.T) {
+	e, err := backends.NewEndpoint("http://10.0.0.9:8000", 1)
+	require.NoError(t, err)
+	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+	require.NoError(t, err)
+	rr, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := admission.NewGate(pool, rr, admission.Options{
+		Budget:            func(*backends.Endpoint) int { return 10 },
+		Patience:          time.Hour,
+		KVMax:             -1,
+		MaxPendingPrefill: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	e.ObservePrefill(0, 1000, time.Second) // the bound is 100 tokens
+	prompt := func(n int) admission.Request {
+		r := req(admission.Default, "x")
+		r.Routing = &policies.Request{Model: "m", PromptTokens: n}
+		return r
+	}
+	ctx := context.Background()
+	first, err := g.Admit(ctx, prompt(60))
+	require.NoError(t, err)
+	second, err := g.Admit(ctx, prompt(60)) // the first is bound but not started: 60 < 100
+	require.NoError(t, err)
+	third := queued(t, g, ctx, prompt(60)) // 120 bound, none started
+	first.Started()
+	att := e.Start(60, 70) // the first's attempt: 60 pending there, the second's 60 bound, not started
+	first.Prefilled()      // looks again: still 120 tokens, no room
+	select {
+	case r := <-third:
+		t.Fatalf("bound with 120 tokens pending: %v", r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	second.Release() // never started: its 60 tokens leave the count
+	r := <-third
+	require.NoError(t, r.err)
+	att.FirstToken(60 * time.Millisecond)
+	att.Finish(backends.Outcome{})
+	first.Release()
+	r.t.Release()
+}
+
 // batchGate is a gate over one endpoint with a budget of 10, whose
 // measured prefill rate is 1,000 prompt tokens/s, so that its 100ms batch
 // bound is 100 tokens; flex makes a batch line of prompt tokens.
