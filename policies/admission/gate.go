@@ -443,9 +443,10 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 }
 
 // tracksPending reports whether the gate bounds endpoints' pending prompt
-// tokens (MaxPendingPrompt, MaxPendingPrefill) and so keeps unstarted.
+// tokens (MaxPendingPrompt, MaxPendingPrefill, BatchPrefill) and so keeps
+// unstarted.
 func (g *Gate) tracksPending() bool {
-	return g.o.MaxPendingPrompt != nil || g.o.MaxPendingPrefill > 0
+	return g.o.MaxPendingPrompt != nil || g.o.MaxPendingPrefill > 0 || g.o.BatchPrefill > 0
 }
 
 // startedLocked takes a bound request's prompt out of ep's unstarted
@@ -489,9 +490,10 @@ func (g *Gate) batchFits(e *backends.Endpoint, batch bool, routing *policies.Req
 		prompt = int64(routing.PromptTokens)
 	}
 	// What waits for prefill there: this replica's prompts (a whole
-	// answer's for its expected prefill time, backends.Endpoint.StartWhole)
-	// and what the engine's last scrape shows waiting besides.
-	pending, alone := e.PrefillAhead(prompt), g.others[e] == 0
+	// answer's for its expected prefill time, backends.Endpoint.StartWhole),
+	// those bound here and not yet sent, and what the engine's last scrape
+	// shows waiting besides.
+	pending, alone := e.PrefillAhead(prompt)+g.unstarted[e], g.others[e] == 0
 	if alone && pending == 0 {
 		return true // nothing queued and no other request: one line, however long
 	}

@@ -397,6 +397,7 @@ func TestBatchLinesKeepToWhatOtherRequestsLeave(t *testing.T) {
 
 	alone, err := g.Admit(ctx, flex(5000))
 	require.NoError(t, err, "nothing pending and no other request: one line, however long")
+	alone.Started()
 	e.BeginPrefill(5000)
 	idle := queued(t, g, ctx, flex(50))
 	assert.Equal(t, 1, g.Waiting(), "5,000 pending is past 5 x 100 tokens: the next one waits")
@@ -410,6 +411,7 @@ func TestBatchLinesKeepToWhatOtherRequestsLeave(t *testing.T) {
 	require.NoError(t, err)
 	small, err := g.Admit(ctx, flex(80))
 	require.NoError(t, err, "80 tokens take 80ms: within the bound")
+	small.Started()
 	e.BeginPrefill(80) // as the router does once it sends it
 	big := queued(t, g, ctx, flex(50))
 	assert.Equal(t, 1, g.Waiting(), "80 pending plus 50 is past 100 tokens: it waits")
@@ -427,6 +429,28 @@ func TestBatchLinesKeepToWhatOtherRequestsLeave(t *testing.T) {
 	require.NoError(t, got.err)
 	got.t.Release()
 	e.EndPrefill(90)
+}
+
+// Batch lines bound and not yet sent count toward the batch bound: a
+// second line admitted before the first has started waits as it would
+// after (the batch runner sends many lines at once).
+func TestBatchLinesBoundBeforeTheyStartCount(t *testing.T) {
+	g, e, flex := batchGate(t)
+	ctx := context.Background()
+	interactive, err := g.Admit(ctx, req(admission.Default, "user"))
+	require.NoError(t, err)
+	first, err := g.Admit(ctx, flex(60))
+	require.NoError(t, err, "60 tokens: within the 100-token bound")
+	second := queued(t, g, ctx, flex(60)) // 60 bound and not sent, plus 60: past the bound
+	first.Started()
+	e.BeginPrefill(60) // sent: the same 60 tokens, now counted by the endpoint
+	e.EndPrefill(60)   // its first token
+	first.Prefilled()
+	got := <-second
+	require.NoError(t, got.err)
+	got.t.Release()
+	first.Release()
+	interactive.Release()
 }
 
 // A batch line whose prompt fits no endpoint's bound is set aside, so a
@@ -451,6 +475,7 @@ func TestBatchLineTooLongForNowIsSetAside(t *testing.T) {
 	holder[0].Release() // a slot: the big ones do not fit the flex bound, the small one does
 	got := <-small
 	require.NoError(t, got.err, "the small one went past the big ones")
+	got.t.Started() // sent, and (as far as the gate knows) prefilled
 	assert.Equal(t, 2, g.Waiting(), "the big ones wait, set aside")
 	assert.Equal(t, 2, g.Stats()[admission.Flex].Waiting)
 
