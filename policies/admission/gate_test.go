@@ -197,19 +197,27 @@ func TestGateRebind(t *testing.T) {
 	b.Release()
 }
 
-func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
+// oneEndpointGate is a gate with options o over one endpoint, picked by
+// round robin.
+func oneEndpointGate(t *testing.T, o admission.Options) (*admission.Gate, *backends.Endpoint) {
+	t.Helper()
 	e, err := backends.NewEndpoint("http://10.0.0.9:8000", 1)
 	require.NoError(t, err)
 	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
 	require.NoError(t, err)
 	rr, err := roundrobin.New(nil)
 	require.NoError(t, err)
-	g, err := admission.NewGate(pool, rr, admission.Options{
+	g, err := admission.NewGate(pool, rr, o)
+	require.NoError(t, err)
+	return g, e
+}
+
+func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
+	g, e := oneEndpointGate(t, admission.Options{
 		Budget:           func(*backends.Endpoint) int { return 10 },
 		Patience:         10 * time.Millisecond,
 		MaxPendingPrompt: func(*backends.Endpoint) int64 { return 1000 },
 	})
-	require.NoError(t, err)
 	ctx := context.Background()
 	first, err := g.Admit(ctx, req(admission.Default, "x"))
 	require.NoError(t, err)
@@ -232,19 +240,12 @@ func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
 }
 
 func TestGateHoldsRequestsFromALongPrefillBacklogInTime(t *testing.T) {
-	e, err := backends.NewEndpoint("http://10.0.0.9:8000", 1)
-	require.NoError(t, err)
-	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-	require.NoError(t, err)
-	rr, err := roundrobin.New(nil)
-	require.NoError(t, err)
-	g, err := admission.NewGate(pool, rr, admission.Options{
+	g, e := oneEndpointGate(t, admission.Options{
 		Budget:            func(*backends.Endpoint) int { return 10 },
 		Patience:          10 * time.Millisecond,
 		KVMax:             -1,
 		MaxPendingPrefill: 100 * time.Millisecond,
 	})
-	require.NoError(t, err)
 	ctx := context.Background()
 
 	// Before the endpoint's prefill rate is measured there is no bound.
@@ -281,19 +282,12 @@ func TestGateHoldsRequestsFromALongPrefillBacklogInTime(t *testing.T) {
 // A ticket's Prefilled binds a request waiting for prefill room at once,
 // not at its next look (an hour away here).
 func TestGatePrefilledBindsTheNextAtOnce(t *testing.T) {
-	e, err := backends.NewEndpoint("http://10.0.0.9:8000", 1)
-	require.NoError(t, err)
-	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-	require.NoError(t, err)
-	rr, err := roundrobin.New(nil)
-	require.NoError(t, err)
-	g, err := admission.NewGate(pool, rr, admission.Options{
+	g, e := oneEndpointGate(t, admission.Options{
 		Budget:            func(*backends.Endpoint) int { return 10 },
 		Patience:          time.Hour,
 		KVMax:             -1,
 		MaxPendingPrefill: 100 * time.Millisecond,
 	})
-	require.NoError(t, err)
 	e.ObservePrefill(0, 1000, time.Second) // 1,000 tokens/s: the bound is 100 tokens
 	ctx := context.Background()
 	first, err := g.Admit(ctx, req(admission.Default, "x"))
@@ -319,19 +313,12 @@ func TestGatePrefilledBindsTheNextAtOnce(t *testing.T) {
 // burst dispatched at once fills it as the prompts are bound, not only as
 // their attempts start.
 func TestGateCountsBoundPromptsBeforeTheyStart(t *testing.T) {
-	e, err := backends.NewEndpoint("http://10.0.0.9:8000", 1)
-	require.NoError(t, err)
-	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-	require.NoError(t, err)
-	rr, err := roundrobin.New(nil)
-	require.NoError(t, err)
-	g, err := admission.NewGate(pool, rr, admission.Options{
+	g, e := oneEndpointGate(t, admission.Options{
 		Budget:            func(*backends.Endpoint) int { return 10 },
 		Patience:          time.Hour,
 		KVMax:             -1,
 		MaxPendingPrefill: 100 * time.Millisecond,
 	})
-	require.NoError(t, err)
 	e.ObservePrefill(0, 1000, time.Second) // the bound is 100 tokens
 	prompt := func(n int) admission.Request {
 		r := req(admission.Default, "x")
