@@ -207,10 +207,11 @@ type Admission struct {
 	// that are not yet past their first token would take at least this at
 	// its measured prefill rate (no bound before the first measurement).
 	// The same bound as max_pending_prompt_tokens in time, so one value
-	// fits backends of different speeds. Under overload it keeps the
-	// backlog in the router's queue, where better classes and lighter
-	// tenants go first, and keeps engine steps short; at low load it can
-	// cost a step. Default 0: off.
+	// fits backends of different speeds. With replicas > 1 each replica
+	// counts only the prompts it sent and holds to 1/replicas of it. Under
+	// overload it keeps the backlog in the router's queue, where better
+	// classes and lighter tenants go first, and keeps engine steps short;
+	// at low load it can cost a step. Default 0: off.
 	MaxPendingPrefill Duration `yaml:"max_pending_prefill"`
 	// BatchPrefill keeps Batch API lines in what other requests leave:
 	// while a backend has other requests in flight from this replica, it

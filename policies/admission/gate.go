@@ -58,7 +58,8 @@ type Options struct {
 	// requests in flight through this gate has no room while its prompt
 	// tokens not yet past their first token would take at least this at
 	// its measured prefill rate (PrefillTokensPerSec; no bound before the
-	// first measurement). 0 turns it off.
+	// first measurement), divided by Replicas: each replica counts only
+	// its own prompts and holds to its share. 0 turns it off.
 	MaxPendingPrefill time.Duration
 	// BatchPrefill keeps batch requests (Request.Batch) to what other
 	// work leaves: while an endpoint has other requests in flight through
@@ -531,7 +532,9 @@ func (g *Gate) hasRoom(e *backends.Endpoint) bool {
 		}
 	}
 	if d := g.o.MaxPendingPrefill; d > 0 && g.granted[e] > 0 {
-		if r := e.PrefillTokensPerSec(); r > 0 && float64(e.PendingPromptTokens()+g.unstarted[e]) >= r*d.Seconds() {
+		// Each of Replicas replicas counts only the prompts it sent: each
+		// holds to its share, so the backend holds about the whole.
+		if r := e.PrefillTokensPerSec(); r > 0 && float64(e.PendingPromptTokens()+g.unstarted[e]) >= r*d.Seconds()/float64(g.o.Replicas) {
 			return false
 		}
 	}

@@ -279,6 +279,31 @@ func TestGateHoldsRequestsFromALongPrefillBacklogInTime(t *testing.T) {
 	}
 }
 
+// With Replicas, each replica holds to its share of the time bound: of
+// three, 100 ms at 1,000 tokens/s is 33 tokens here.
+func TestGatePrefillBoundIsSharedBetweenReplicas(t *testing.T) {
+	g, e := oneEndpointGate(t, admission.Options{
+		Budget:            func(*backends.Endpoint) int { return 10 },
+		Patience:          time.Hour,
+		KVMax:             -1,
+		Replicas:          3,
+		MaxPendingPrefill: 100 * time.Millisecond,
+	})
+	e.ObservePrefill(0, 1000, time.Second)
+	ctx := context.Background()
+	first, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	att := e.Start(40, 50) // 40 ms of prefill: under the whole bound, past a third of it
+	second := queued(t, g, ctx, req(admission.Default, "x"))
+	att.FirstToken(40 * time.Millisecond)
+	first.Prefilled()
+	r := <-second
+	require.NoError(t, r.err)
+	att.Finish(backends.Outcome{})
+	first.Release()
+	r.t.Release()
+}
+
 // A ticket's Prefilled binds a request waiting for prefill room at once,
 // not at its next look (an hour away here).
 func TestGatePrefilledBindsTheNextAtOnce(t *testing.T) {
