@@ -3,7 +3,9 @@ package router_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -188,4 +190,47 @@ func TestAnswersNameTheServiceTierThatServedThem(t *testing.T) {
 	assert.Empty(t, res.ServiceTier, "not asked, not stamped: the backend's bytes as they were")
 	_, err = c.Chat.Completions.New(context.Background(), withTier(chatParams(model), "turbo"))
 	assertAPIError(t, err, http.StatusBadRequest, "invalid_value")
+}
+
+// A burst of streams through a gate whose prefill bound fits one prompt
+// reaches the backend one prefill at a time: each request bound counts
+// from the moment it is bound, not once its attempt has started, and the
+// next binds at the first token. The backend is a real server on loopback
+// that counts the requests it holds before their first byte.
+func TestAdmissionHoldsThePrefillBoundUnderABurst(t *testing.T) {
+	var mu sync.Mutex
+	prefilling, peak, served := 0, 0, 0
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		prefilling++
+		peak = max(peak, prefilling)
+		served++
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond) // the prefill
+		mu.Lock()
+		prefilling--
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := `{"id":"c","object":"chat.completion.chunk","created":1,"model":"` + model + `","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}`
+		_, _ = io.WriteString(w, "data: "+chunk+"\n\n")
+		w.(http.Flusher).Flush()
+		time.Sleep(30 * time.Millisecond) // the decode
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(backend.Close)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{backend.URL}, budget: 16, pendingPrompt: 1})
+	c := s.client(t)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			st := c.Chat.Completions.NewStreaming(context.Background(), chatParams(model))
+			for st.Next() {
+			}
+			assert.NoError(t, st.Err())
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, 8, served)
+	assert.Equal(t, 1, peak, "one prompt fits the bound: one prefill at a time")
 }

@@ -72,6 +72,8 @@ type routeSpec struct {
 	// budget, when positive, puts an admission gate on the route with this
 	// many requests in flight per backend and a queue of queue (default 64).
 	budget, queue int
+	// pendingPrompt, with a budget, is the gate's MaxPendingPrompt.
+	pendingPrompt int64
 	fallbacks     []string
 	// firstByte and total are the route's timeouts.
 	firstByte, total time.Duration
@@ -102,8 +104,11 @@ func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice 
 		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: sp.fallbacks,
 			FirstByteTimeout: sp.firstByte, TotalTimeout: sp.total}
 		if sp.budget > 0 {
-			route.Gate, err = admission.NewGate(pool, picker, admission.Options{
-				Budget: func(*backends.Endpoint) int { return sp.budget }, QueueSize: cmp.Or(sp.queue, 64)})
+			o := admission.Options{Budget: func(*backends.Endpoint) int { return sp.budget }, QueueSize: cmp.Or(sp.queue, 64)}
+			if sp.pendingPrompt > 0 {
+				o.MaxPendingPrompt = func(*backends.Endpoint) int64 { return sp.pendingPrompt }
+			}
+			route.Gate, err = admission.NewGate(pool, picker, o)
 			require.NoError(t, err)
 			s.gates = append(s.gates, route.Gate)
 		}
