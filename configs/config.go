@@ -202,13 +202,16 @@ type Admission struct {
 	// to about the engine's step token budget (vLLM's
 	// max_num_batched_tokens). Default 0: off.
 	MaxPendingPromptTokens int64 `yaml:"max_pending_prompt_tokens"`
-	// MaxPendingPrefill: a backend with other requests in flight from this
-	// replica takes no more while the prompt tokens this replica sent it
+	// MaxPendingPrefill: a backend with other requests in flight takes no
+	// more while the prompt tokens sent it
 	// that are not yet past their first token would take at least this at
 	// its measured prefill rate (no bound before the first measurement).
 	// The same bound as max_pending_prompt_tokens in time, so one value
-	// fits backends of different speeds. With replicas > 1 each replica
-	// counts only the prompts it sent and holds to 1/replicas of it. Under
+	// fits backends of different speeds. With limits.redis_url the
+	// replicas hold it together (each lease in Redis carries its prompt
+	// until the first token: one more round trip per stream); without it,
+	// or while Redis fails, each of replicas counts only the prompts it
+	// sent and holds to 1/replicas of it. Under
 	// overload it keeps the backlog in the router's queue, where better
 	// classes and lighter tenants go first, and keeps engine steps short;
 	// at low load it can cost a step. Default 0: off.

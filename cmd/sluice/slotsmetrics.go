@@ -13,8 +13,8 @@ import (
 // takes, by operation, as the limit store's calls are: a slow Redis shows
 // on the dashboard before it makes admission fall back to shares.
 type timedSlots struct {
-	next                           admission.Slots
-	acquire, release, wait, unwait prometheus.Observer
+	next                                      admission.Slots
+	acquire, release, prefilled, wait, unwait prometheus.Observer
 }
 
 var _ admission.Slots = (*timedSlots)(nil)
@@ -23,21 +23,26 @@ var _ admission.Slots = (*timedSlots)(nil)
 func newTimedSlots(next admission.Slots, reg prometheus.Registerer) (*timedSlots, error) {
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_admission_store_duration_seconds",
-		Help:    "Time spent in shared admission store calls, by operation (acquire, release, wait, unwait).",
+		Help:    "Time spent in shared admission store calls, by operation (acquire, release, prefilled, wait, unwait).",
 		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
 	}, []string{"op"})
 	if err := reg.Register(h); err != nil {
 		return nil, err
 	}
-	return &timedSlots{next: next, acquire: h.WithLabelValues("acquire"), release: h.WithLabelValues("release"),
+	return &timedSlots{next: next, acquire: h.WithLabelValues("acquire"), release: h.WithLabelValues("release"), prefilled: h.WithLabelValues("prefilled"),
 		wait: h.WithLabelValues("wait"), unwait: h.WithLabelValues("unwait")}, nil
 }
 
 func since(o prometheus.Observer, start time.Time) { o.Observe(time.Since(start).Seconds()) }
 
-func (s *timedSlots) Acquire(ctx context.Context, pool, backend string, budget int, class admission.Class, lease string, ttl, patience time.Duration, now time.Time) (bool, error) {
+func (s *timedSlots) Acquire(ctx context.Context, l admission.Lease) (bool, error) {
 	defer since(s.acquire, time.Now())
-	return s.next.Acquire(ctx, pool, backend, budget, class, lease, ttl, patience, now)
+	return s.next.Acquire(ctx, l)
+}
+
+func (s *timedSlots) Prefilled(ctx context.Context, pool, backend, lease string) error {
+	defer since(s.prefilled, time.Now())
+	return s.next.Prefilled(ctx, pool, backend, lease)
 }
 
 func (s *timedSlots) Release(ctx context.Context, pool, backend, lease string) error {

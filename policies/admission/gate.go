@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -58,8 +59,12 @@ type Options struct {
 	// requests in flight through this gate has no room while its prompt
 	// tokens not yet past their first token would take at least this at
 	// its measured prefill rate (PrefillTokensPerSec; no bound before the
-	// first measurement), divided by Replicas: each replica counts only
-	// its own prompts and holds to its share. 0 turns it off.
+	// first measurement). With Shared the replicas hold it together: each
+	// lease carries its prompt until the first token (Ticket.Prefilled),
+	// and the store refuses a lease while the backend's add up to the
+	// bound. Without Shared, or while the store fails, each of Replicas
+	// replicas counts only its own prompts and holds to its share, the
+	// bound divided by Replicas. 0 turns it off.
 	MaxPendingPrefill time.Duration
 	// BatchPrefill keeps batch requests (Request.Batch) to what other
 	// work leaves: while an endpoint has other requests in flight through
@@ -210,6 +215,9 @@ type Ticket struct {
 	released bool
 	prompt   int64 // the request's prompt tokens, in Gate.unstarted until started
 	started  bool  // the attempt on ep has started (or nothing is tracked)
+	// prefilled: the shared store was told that the lease's prompt is
+	// past its first token.
+	prefilled bool
 }
 
 // Endpoint is where the request is bound.
@@ -411,11 +419,12 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 		return nil, "", err
 	}
 	lease := ""
-	if b := g.o.Budget(ep); g.o.Shared != nil && b > 0 {
-		lease = g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
+	if b := g.o.Budget(ep); g.o.Shared != nil && (b > 0 || g.sharesPrefill()) {
+		l := g.lease(ep, b, class, routing, now)
+		lease = l.ID
 		var ok bool
 		err := g.shared(func(sctx context.Context) (err error) {
-			ok, err = g.o.Shared.Acquire(sctx, g.o.Pool, ep.Address(), b, class, lease, g.o.LeaseTTL, g.o.Patience, now)
+			ok, err = g.o.Shared.Acquire(sctx, l)
 			return err
 		})
 		switch {
@@ -424,7 +433,7 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 				g.orphans = append(g.orphans, orphan{backend: ep.Address(), lease: lease})
 			}
 			lease = ""
-			if g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas {
+			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas) {
 				g.full[ep] = now.Add(g.o.Patience)
 				return nil, "", ErrNoRoom
 			}
@@ -442,6 +451,34 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 	}
 	return ep, lease, nil
 }
+
+// lease is the shared store's lease for a request of class bound to ep,
+// whose budget is b: with MaxPendingPrefill it carries the prompt and the
+// bound in tokens at ep's measured prefill rate (none before the first
+// measurement). An answer that comes whole has no first token to end its
+// prompt's count, which then lasts as long as its prefill is expected to
+// take there, as backends.Endpoint.StartWhole's does.
+func (g *Gate) lease(ep *backends.Endpoint, b int, class Class, routing *policies.Request, now time.Time) Lease {
+	l := Lease{Pool: g.o.Pool, Backend: ep.Address(), ID: g.prefix + strconv.FormatUint(g.seq.Add(1), 36),
+		Budget: b, Class: class, Now: now, TTL: g.o.LeaseTTL, Patience: g.o.Patience}
+	if l.Budget <= 0 {
+		l.Budget = math.MaxInt32
+	}
+	rate := ep.PrefillTokensPerSec()
+	if !g.sharesPrefill() || rate <= 0 {
+		return l
+	}
+	l.MaxPrompt = max(int64(rate*g.o.MaxPendingPrefill.Seconds()), 1)
+	l.Prompt = promptOf(routing)
+	if routing != nil && !routing.Stream {
+		l.PromptUntil = now.Add(time.Duration(float64(ep.PrefillAhead(l.Prompt)+l.Prompt) / rate * float64(time.Second)))
+	}
+	return l
+}
+
+// sharesPrefill reports whether the replicas hold MaxPendingPrefill
+// together, through the shared store.
+func (g *Gate) sharesPrefill() bool { return g.o.Shared != nil && g.o.MaxPendingPrefill > 0 }
 
 // tracksPending reports whether the gate bounds endpoints' pending prompt
 // tokens (MaxPendingPrompt, MaxPendingPrefill, BatchPrefill) and so keeps
@@ -531,10 +568,21 @@ func (g *Gate) hasRoom(e *backends.Endpoint) bool {
 			return false
 		}
 	}
+	// With the shared store the replicas hold the prefill bound there;
+	// this replica's own prompts alone filling it is a short cut.
+	share := g.o.Replicas
+	if g.sharesPrefill() {
+		share = 1
+	}
+	return g.prefillRoom(e, share)
+}
+
+// prefillRoom reports whether e is under 1/share of MaxPendingPrefill by
+// the prompts this replica sent it: each of share replicas counts only its
+// own and holds to its part, so the backend holds about the whole.
+func (g *Gate) prefillRoom(e *backends.Endpoint, share int) bool {
 	if d := g.o.MaxPendingPrefill; d > 0 && g.granted[e] > 0 {
-		// Each of Replicas replicas counts only the prompts it sent: each
-		// holds to its share, so the backend holds about the whole.
-		if r := e.PrefillTokensPerSec(); r > 0 && float64(e.PendingPromptTokens()+g.unstarted[e]) >= r*d.Seconds()/float64(g.o.Replicas) {
+		if r := e.PrefillTokensPerSec(); r > 0 && float64(e.PendingPromptTokens()+g.unstarted[e]) >= r*d.Seconds()/float64(share) {
 			return false
 		}
 	}
@@ -614,6 +662,7 @@ func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool) {
 		}
 	}
 	g.mu.Lock()
+	delete(g.full, ep) // a slot freed there
 	if g.granted[ep]--; g.granted[ep] <= 0 {
 		delete(g.granted, ep)
 	}
@@ -688,7 +737,12 @@ func (t *Ticket) Prefilled() {
 	if g.o.MaxPendingPrompt == nil && g.o.MaxPendingPrefill <= 0 && g.o.BatchPrefill <= 0 {
 		return
 	}
+	if g.sharesPrefill() && t.lease != "" && !t.prefilled {
+		t.prefilled = true
+		_ = g.shared(func(ctx context.Context) error { return g.o.Shared.Prefilled(ctx, g.o.Pool, t.ep.Address(), t.lease) })
+	}
 	g.mu.Lock()
+	delete(g.full, t.ep) // its prefill room grew
 	if g.q.Len()+len(g.aside) > 0 {
 		g.dispatchLocked()
 	}
@@ -710,7 +764,7 @@ func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude 
 	if !t.started {
 		g.startedLocked(old, t.prompt)
 	}
-	t.ep, t.lease = ep, lease
+	t.ep, t.lease, t.prefilled = ep, lease, false
 	t.prompt, t.started = promptOf(routing), !g.tracksPending()
 	g.mu.Unlock()
 	g.release(old, oldLease, t.batch)

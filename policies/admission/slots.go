@@ -6,18 +6,42 @@ import (
 )
 
 // Slots shares admission across router replicas: one budget of requests in
-// flight per backend, and one order between classes. A Gate without Slots
-// admits on its own counts (one replica).
+// flight per backend, one order between classes and, when a lease carries
+// a prompt, one bound on the prompt tokens waiting for prefill there. A
+// Gate without Slots admits on its own counts (one replica).
 type Slots interface {
-	// Acquire takes a slot on backend (of pool) for a request of class
-	// when fewer than budget live leases hold it and no request of a
-	// better class has waited (Wait) longer than patience on any replica;
-	// it records lease until now+ttl. One round trip.
-	Acquire(ctx context.Context, pool, backend string, budget int, class Class, lease string, ttl, patience time.Duration, now time.Time) (bool, error)
-	// Release frees a lease.
+	// Acquire takes the lease l describes, in one round trip: a slot on
+	// l.Backend when fewer than l.Budget live leases hold it, no request
+	// of a better class has waited (Wait) longer than l.Patience on any
+	// replica, and (with l.MaxPrompt) the backend's pending prompts are
+	// under the bound.
+	Acquire(ctx context.Context, l Lease) (bool, error)
+	// Release frees a lease (and its pending prompt).
 	Release(ctx context.Context, pool, backend, lease string) error
+	// Prefilled ends a lease's pending prompt: its request has its first
+	// token.
+	Prefilled(ctx context.Context, pool, backend, lease string) error
 	// Wait records that request id of class waits on pool since now (kept
 	// at most ttl); Unwait removes it.
 	Wait(ctx context.Context, pool string, class Class, id string, ttl time.Duration, now time.Time) error
 	Unwait(ctx context.Context, pool string, class Class, id string) error
+}
+
+// Lease is one Slots.Acquire.
+type Lease struct {
+	Pool, Backend, ID string
+	Budget            int
+	Class             Class
+	// The lease lives until Now+TTL unless released. Patience is how long
+	// a better class may have waited elsewhere before this one is refused.
+	Now           time.Time
+	TTL, Patience time.Duration
+	// MaxPrompt, when positive, bounds the backend's pending prefill over
+	// all replicas: the lease is refused while the backend has live leases
+	// whose pending prompts add up to at least MaxPrompt tokens. Prompt,
+	// the request's own, then counts there until Prefilled, Release or
+	// PromptUntil (for an answer that comes whole, which has no first
+	// token to wait for), whichever is first.
+	MaxPrompt, Prompt int64
+	PromptUntil       time.Time
 }

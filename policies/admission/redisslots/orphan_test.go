@@ -24,8 +24,8 @@ type lateSlots struct {
 	failNext atomic.Bool
 }
 
-func (s *lateSlots) Acquire(ctx context.Context, pool, backend string, budget int, class admission.Class, lease string, ttl, patience time.Duration, now time.Time) (bool, error) {
-	ok, err := s.Slots.Acquire(ctx, pool, backend, budget, class, lease, ttl, patience, now)
+func (s *lateSlots) Acquire(ctx context.Context, l admission.Lease) (bool, error) {
+	ok, err := s.Slots.Acquire(ctx, l)
 	if err == nil && s.failNext.CompareAndSwap(true, false) {
 		return false, errors.New("deadline exceeded after the script ran")
 	}

@@ -13,23 +13,53 @@ import (
 	"github.com/sluice-llm/sluice/policies/admission"
 )
 
-// acquireScript: KEYS[1] the backend's lease set, KEYS[2..] the wait sets
-// of the better classes. ARGV: budget, lease, now_ms, expiry_ms,
-// patience_cutoff_ms, key_ttl_ms. Returns 1 when the lease was taken.
+// acquireScript: KEYS[1] the backend's lease set, KEYS[2] its pending
+// prompts (lease -> "tokens:until_ms"), KEYS[3..] the wait sets of the
+// better classes. ARGV: budget, lease, now_ms, expiry_ms,
+// patience_cutoff_ms, key_ttl_ms, max_prompt, prompt, prompt_until_ms.
+// Returns 1 when the lease was taken.
 const acquireScript = `
 local now = tonumber(ARGV[3])
-for i = 2, #KEYS do
+for i = 3, #KEYS do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - tonumber(ARGV[6]))
   if redis.call('ZCOUNT', KEYS[i], '-inf', ARGV[5]) > 0 then
     return 0
   end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+if #expired > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  for i = 1, #expired, 500 do
+    redis.call('HDEL', KEYS[2], unpack(expired, i, math.min(i + 499, #expired)))
+  end
+end
+local held = redis.call('ZCARD', KEYS[1])
+if held >= tonumber(ARGV[1]) then
   return 0
+end
+local maxp = tonumber(ARGV[7])
+if maxp > 0 and held > 0 then
+  local kv = redis.call('HGETALL', KEYS[2])
+  local sum = 0
+  for j = 1, #kv, 2 do
+    local v = kv[j + 1]
+    local sep = string.find(v, ':', 1, true)
+    if tonumber(string.sub(v, sep + 1)) <= now then
+      redis.call('HDEL', KEYS[2], kv[j])
+    else
+      sum = sum + tonumber(string.sub(v, 1, sep - 1))
+    end
+  end
+  if sum >= maxp then
+    return 0
+  end
 end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
+if maxp > 0 and tonumber(ARGV[8]) > 0 then
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[8] .. ':' .. ARGV[9])
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+end
 return 1
 `
 
@@ -61,20 +91,29 @@ func (s *Slots) leases(pool, backend string) string {
 	return s.prefix + ":adm:{" + pool + "}:ep:" + backend
 }
 
+func (s *Slots) prompts(pool, backend string) string {
+	return s.prefix + ":adm:{" + pool + "}:pp:" + backend
+}
+
 func (s *Slots) waiting(pool string, c admission.Class) string {
 	return s.prefix + ":adm:{" + pool + "}:wait:" + c.String()
 }
 
 // Acquire implements admission.Slots.
-func (s *Slots) Acquire(ctx context.Context, pool, backend string, budget int, class admission.Class, lease string, ttl, patience time.Duration, now time.Time) (bool, error) {
-	keys := make([]string, 1, 1+int(class))
-	keys[0] = s.leases(pool, backend)
-	for c := admission.Class(0); c < class; c++ {
-		keys = append(keys, s.waiting(pool, c))
+func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (bool, error) {
+	keys := make([]string, 2, 2+int(l.Class))
+	keys[0], keys[1] = s.leases(l.Pool, l.Backend), s.prompts(l.Pool, l.Backend)
+	for c := admission.Class(0); c < l.Class; c++ {
+		keys = append(keys, s.waiting(l.Pool, c))
 	}
-	ms := now.UnixMilli()
-	v, err := s.acquire.Run(ctx, s.client, keys, budget, lease, ms, ms+ttl.Milliseconds(),
-		ms-patience.Milliseconds(), ttl.Milliseconds()).Int()
+	ms := l.Now.UnixMilli()
+	expiry := ms + l.TTL.Milliseconds()
+	until := expiry
+	if !l.PromptUntil.IsZero() {
+		until = min(until, l.PromptUntil.UnixMilli())
+	}
+	v, err := s.acquire.Run(ctx, s.client, keys, l.Budget, l.ID, ms, expiry,
+		ms-l.Patience.Milliseconds(), l.TTL.Milliseconds(), max(l.MaxPrompt, 0), max(l.Prompt, 0), until).Int()
 	if err != nil {
 		return false, fmt.Errorf("redisslots: acquire: %w", err)
 	}
@@ -83,8 +122,21 @@ func (s *Slots) Acquire(ctx context.Context, pool, backend string, budget int, c
 
 // Release implements admission.Slots.
 func (s *Slots) Release(ctx context.Context, pool, backend, lease string) error {
-	if err := s.client.ZRem(ctx, s.leases(pool, backend), lease).Err(); err != nil {
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, s.leases(pool, backend), lease)
+		p.HDel(ctx, s.prompts(pool, backend), lease)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("redisslots: release: %w", err)
+	}
+	return nil
+}
+
+// Prefilled implements admission.Slots.
+func (s *Slots) Prefilled(ctx context.Context, pool, backend, lease string) error {
+	if err := s.client.HDel(ctx, s.prompts(pool, backend), lease).Err(); err != nil {
+		return fmt.Errorf("redisslots: prefilled: %w", err)
 	}
 	return nil
 }
@@ -114,6 +166,25 @@ func (s *Slots) Unwait(ctx context.Context, pool string, class admission.Class, 
 // Load caches the script in Redis.
 func (s *Slots) Load(ctx context.Context) error {
 	return s.acquire.Load(ctx, s.client).Err()
+}
+
+// PendingPrompt is the prompt tokens the leases on backend hold pending
+// (expired ones included until the next Acquire there drops them).
+func (s *Slots) PendingPrompt(ctx context.Context, pool, backend string) (int64, error) {
+	vals, err := s.client.HVals(ctx, s.prompts(pool, backend)).Result()
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, v := range vals {
+		tokens, _, _ := strings.Cut(v, ":")
+		n, err := strconv.ParseInt(tokens, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("redisslots: pending prompt %q: %w", v, err)
+		}
+		sum += n
+	}
+	return sum, nil
 }
 
 // Leases is how many live leases hold backend.

@@ -32,12 +32,18 @@ func newSlots(t *testing.T) *redisslots.Slots {
 	return s
 }
 
+// lease is a lease on backend b1 of pool m for a minute, with a patience
+// of 50 ms.
+func lease(budget int, c admission.Class, id string, now time.Time) admission.Lease {
+	return admission.Lease{Pool: "m", Backend: "b1", ID: id, Budget: budget, Class: c, Now: now, TTL: time.Minute, Patience: 50 * time.Millisecond}
+}
+
 func TestAcquireHoldsTheBudgetAcrossCallers(t *testing.T) {
 	s := newSlots(t)
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
 	for i, want := range []bool{true, true, false} {
-		ok, err := s.Acquire(ctx, "m", "b1", 2, admission.Default, fmt.Sprint("l", i), time.Minute, 50*time.Millisecond, now)
+		ok, err := s.Acquire(ctx, lease(2, admission.Default, fmt.Sprint("l", i), now))
 		require.NoError(t, err)
 		assert.Equal(t, want, ok, "lease %d of a budget of 2", i)
 	}
@@ -45,11 +51,11 @@ func TestAcquireHoldsTheBudgetAcrossCallers(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, n)
 	require.NoError(t, s.Release(ctx, "m", "b1", "l0"))
-	ok, err := s.Acquire(ctx, "m", "b1", 2, admission.Default, "l3", time.Minute, 50*time.Millisecond, now)
+	ok, err := s.Acquire(ctx, lease(2, admission.Default, "l3", now))
 	require.NoError(t, err)
 	assert.True(t, ok, "a released lease makes room")
 	// A dead replica's leases expire.
-	ok, err = s.Acquire(ctx, "m", "b1", 2, admission.Default, "l4", time.Minute, 50*time.Millisecond, now.Add(2*time.Minute))
+	ok, err = s.Acquire(ctx, lease(2, admission.Default, "l4", now.Add(2*time.Minute)))
 	require.NoError(t, err)
 	assert.True(t, ok)
 }
@@ -59,17 +65,60 @@ func TestABetterClassWaitingElsewhereHoldsBackWorseOnes(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
 	require.NoError(t, s.Wait(ctx, "m", admission.Priority, "p1", time.Minute, now))
-	ok, err := s.Acquire(ctx, "m", "b1", 5, admission.Default, "d1", time.Minute, 50*time.Millisecond, now.Add(10*time.Millisecond))
+	ok, err := s.Acquire(ctx, lease(5, admission.Default, "d1", now.Add(10*time.Millisecond)))
 	require.NoError(t, err)
 	assert.True(t, ok, "within patience: go ahead")
-	ok, err = s.Acquire(ctx, "m", "b1", 5, admission.Flex, "f1", time.Minute, 50*time.Millisecond, now.Add(100*time.Millisecond))
+	ok, err = s.Acquire(ctx, lease(5, admission.Flex, "f1", now.Add(100*time.Millisecond)))
 	require.NoError(t, err)
 	assert.False(t, ok, "priority has waited longer than patience")
-	ok, err = s.Acquire(ctx, "m", "b1", 5, admission.Priority, "p1", time.Minute, 50*time.Millisecond, now.Add(100*time.Millisecond))
+	ok, err = s.Acquire(ctx, lease(5, admission.Priority, "p1", now.Add(100*time.Millisecond)))
 	require.NoError(t, err)
 	assert.True(t, ok, "the same class is not held back")
 	require.NoError(t, s.Unwait(ctx, "m", admission.Priority, "p1"))
-	ok, err = s.Acquire(ctx, "m", "b1", 5, admission.Flex, "f2", time.Minute, 50*time.Millisecond, now.Add(200*time.Millisecond))
+	ok, err = s.Acquire(ctx, lease(5, admission.Flex, "f2", now.Add(200*time.Millisecond)))
 	require.NoError(t, err)
 	assert.True(t, ok)
+}
+
+// Leases that carry prompts hold the backend's pending prefill to
+// MaxPrompt over all callers, until each prompt's first token, release or
+// PromptUntil; a backend with no lease takes any prompt.
+func TestAcquireHoldsThePendingPromptsAcrossCallers(t *testing.T) {
+	s := newSlots(t)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	acquire := func(id string, prompt int64, at time.Time, until time.Time) bool {
+		t.Helper()
+		l := lease(10, admission.Default, id, at)
+		l.MaxPrompt, l.Prompt, l.PromptUntil = 100, prompt, until
+		ok, err := s.Acquire(ctx, l)
+		require.NoError(t, err)
+		return ok
+	}
+	pending := func() int64 {
+		t.Helper()
+		n, err := s.PendingPrompt(ctx, "m", "b1")
+		require.NoError(t, err)
+		return n
+	}
+	assert.True(t, acquire("a", 500, now, time.Time{}), "an idle backend takes a prompt longer than the bound")
+	assert.False(t, acquire("b", 50, now, time.Time{}), "500 tokens pending, bound 100")
+	require.NoError(t, s.Prefilled(ctx, "m", "b1", "a"))
+	assert.Zero(t, pending())
+	assert.True(t, acquire("c", 60, now, time.Time{}))
+	assert.True(t, acquire("d", 40, now, time.Time{}), "60 pending, under 100")
+	assert.False(t, acquire("e", 5, now, time.Time{}), "100 pending")
+	assert.EqualValues(t, 100, pending())
+	require.NoError(t, s.Release(ctx, "m", "b1", "c"))
+	assert.EqualValues(t, 40, pending(), "a released lease's prompt no longer counts")
+	// An answer that comes whole counts until PromptUntil.
+	assert.True(t, acquire("w", 300, now, now.Add(time.Second)))
+	assert.False(t, acquire("f", 5, now.Add(500*time.Millisecond), time.Time{}))
+	assert.True(t, acquire("g", 5, now.Add(2*time.Second), time.Time{}), "w's prompt stopped counting at its until")
+	n, err := s.Leases(ctx, "m", "b1", now.Add(2*time.Second))
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, n, "a, d, w and g hold leases")
+	// Expired leases take their prompts with them.
+	assert.True(t, acquire("h", 500, now.Add(2*time.Minute), time.Time{}))
+	assert.EqualValues(t, 500, pending())
 }

@@ -1,0 +1,144 @@
+package redisslots_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
+	"github.com/sluice-llm/sluice/policies/admission/redisslots"
+	"github.com/sluice-llm/sluice/policies/roundrobin"
+)
+
+// replicaGate is one router replica's gate over the backend at addr, sharing
+// store, with a prefill bound of 100 ms at a measured 1,000 tokens/s (100
+// tokens) and the budgets of three replicas.
+func replicaGate(t *testing.T, store admission.Slots, addr string) *admission.Gate {
+	t.Helper()
+	e, err := backends.NewEndpoint(addr, 1)
+	require.NoError(t, err)
+	e.ObservePrefill(0, 1000, time.Second)
+	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+	require.NoError(t, err)
+	rr, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := admission.NewGate(pool, rr, admission.Options{
+		Budget: func(*backends.Endpoint) int { return 10 },
+		Shared: store, Pool: "m", Replicas: 3, LeaseTTL: time.Hour,
+		Patience: 10 * time.Millisecond, KVMax: -1, MaxPendingPrefill: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	return g
+}
+
+func stream(prompt int) admission.Request {
+	return admission.Request{Class: admission.Default, Weight: 1, Routing: &policies.Request{Model: "m", PromptTokens: prompt, Stream: true}}
+}
+
+// Three replicas hold one backend's prefill bound together: a prompt one
+// replica sent keeps the others' requests waiting until its first token,
+// where each replica counting only its own prompts would let every one of
+// them send one (three prompts pending where the bound fits one).
+func TestReplicasHoldThePrefillBoundTogether(t *testing.T) {
+	store := newSlots(t)
+	const addr = "http://10.0.0.1:8000"
+	gates := []*admission.Gate{replicaGate(t, store, addr), replicaGate(t, store, addr), replicaGate(t, store, addr)}
+	ctx := context.Background()
+	first, err := gates[0].Admit(ctx, stream(500))
+	require.NoError(t, err, "an idle backend takes a prompt longer than the bound")
+	type admitted struct {
+		t   *admission.Ticket
+		err error
+	}
+	var waits []chan admitted
+	for _, g := range gates[1:] {
+		ch := make(chan admitted, 1)
+		go func() {
+			tk, err := g.Admit(ctx, stream(50))
+			ch <- admitted{tk, err}
+		}()
+		waits = append(waits, ch)
+	}
+	for _, g := range gates[1:] {
+		require.Eventually(t, func() bool { return g.Waiting() == 1 }, 5*time.Second, time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // ten looks for room by each replica
+	for i, g := range gates[1:] {
+		assert.Equal(t, 1, g.Waiting(), "replica %d bound a prompt while another's filled the bound", i+1)
+	}
+	pending, err := store.PendingPrompt(ctx, "m", addr)
+	require.NoError(t, err)
+	assert.EqualValues(t, 500, pending)
+
+	first.Prefilled() // its first token: 100 tokens of room over the replicas
+	var tickets []*admission.Ticket
+	for _, ch := range waits {
+		select {
+		case a := <-ch:
+			require.NoError(t, a.err)
+			tickets = append(tickets, a.t)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a replica's request was not bound after the first token")
+		}
+	}
+	pending, err = store.PendingPrompt(ctx, "m", addr)
+	require.NoError(t, err)
+	assert.EqualValues(t, 100, pending, "both 50-token prompts fit under the bound")
+	first.Release()
+	for _, tk := range tickets {
+		tk.Release()
+	}
+	pending, err = store.PendingPrompt(ctx, "m", addr)
+	require.NoError(t, err)
+	assert.Zero(t, pending)
+	n, err := store.Leases(ctx, "m", addr, time.Now())
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+// While the store fails, each replica holds to its share of the prefill
+// bound (a third here: 33 tokens), as without a store.
+func TestReplicasHoldTheirShareOfThePrefillBoundWhileTheStoreFails(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisslots.New(client, "down")
+	require.NoError(t, err)
+	g := replicaGate(t, store, "http://10.0.0.1:8000")
+	ctx := context.Background()
+	first, err := g.Admit(ctx, stream(50))
+	require.NoError(t, err, "a failed store call admits within this replica's share")
+	second := make(chan error, 1)
+	go func() {
+		tk, err := g.Admit(ctx, stream(10))
+		if err == nil {
+			tk.Release()
+		}
+		second <- err
+	}()
+	require.Eventually(t, func() bool { return g.Waiting() == 1 }, 5*time.Second, time.Millisecond,
+		"50 pending tokens are under the bound (100) but over this replica's share")
+	first.Release()
+	select {
+	case err := <-second:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting request was not bound after the release")
+	}
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
