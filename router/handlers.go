@@ -259,8 +259,16 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		case ticket != nil && attempt == 0:
 			ep = ticket.Endpoint() // admission bound it already
 		case ticket != nil:
-			if ticket.Rebind(r.Context(), preq, tried) != nil {
+			if err := ticket.Rebind(r.Context(), preq, tried); err != nil {
 				endPick(pick, rte, nil, 0, true)
+				var shed *admission.ShedError
+				switch {
+				case errors.As(err, &shed): // no room came within its class's wait
+					rt.metrics.shed.WithLabelValues(preq.Model, shed.Class.String(), shed.Reason).Inc()
+					return err
+				case r.Context().Err() != nil:
+					return &upstreamError{class: backends.ClassClientGone}
+				}
 				return &upstreamError{class: backends.ClassUnreachable}
 			}
 			ep = ticket.Endpoint()

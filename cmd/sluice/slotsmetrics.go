@@ -35,7 +35,7 @@ func newTimedSlots(next admission.Slots, reg prometheus.Registerer) (*timedSlots
 
 func since(o prometheus.Observer, start time.Time) { o.Observe(time.Since(start).Seconds()) }
 
-func (s *timedSlots) Acquire(ctx context.Context, l admission.Lease) (bool, error) {
+func (s *timedSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
 	defer since(s.acquire, time.Now())
 	return s.next.Acquire(ctx, l)
 }
@@ -50,12 +50,12 @@ func (s *timedSlots) Release(ctx context.Context, pool, backend, lease string) e
 	return s.next.Release(ctx, pool, backend, lease)
 }
 
-func (s *timedSlots) Wait(ctx context.Context, pool string, class admission.Class, id string, ttl time.Duration, now time.Time) error {
+func (s *timedSlots) Wait(ctx context.Context, pool string, class admission.Class, tenant, id string, ttl time.Duration, at time.Time) error {
 	defer since(s.wait, time.Now())
-	return s.next.Wait(ctx, pool, class, id, ttl, now)
+	return s.next.Wait(ctx, pool, class, tenant, id, ttl, at)
 }
 
-func (s *timedSlots) Unwait(ctx context.Context, pool string, class admission.Class, id string) error {
+func (s *timedSlots) Unwait(ctx context.Context, pool string, class admission.Class, tenant, id string) error {
 	defer since(s.unwait, time.Now())
-	return s.next.Unwait(ctx, pool, class, id)
+	return s.next.Unwait(ctx, pool, class, tenant, id)
 }

@@ -140,7 +140,10 @@ type Gate struct {
 	// aside holds batch waiters taken off the queue because their prompts
 	// fit no endpoint's BatchPrefill bound, oldest first, at most
 	// MaxBatchAside, so the requests behind them may go first.
-	aside   []*waiter
+	aside []*waiter
+	// rebinds are retries waiting for room (Ticket.Rebind), oldest first;
+	// they go before the queue.
+	rebinds []*rebinder
 	granted map[*backends.Endpoint]int
 	others  map[*backends.Endpoint]int // granted, less batch requests
 	// unstarted is, per endpoint, the prompt tokens of requests bound
@@ -210,6 +213,7 @@ type Ticket struct {
 	ep       *backends.Endpoint
 	lease    string // in the shared store; "" when none was taken
 	class    Class
+	tenant   string
 	batch    bool
 	waited   time.Duration
 	released bool
@@ -229,6 +233,7 @@ func (t *Ticket) Waited() time.Duration { return t.waited }
 // waiter is a queued request's live side.
 type waiter struct {
 	r     Request
+	since time.Time // when it arrived
 	item  Item
 	ready chan result // buffered 1: the binding or the shedding, sent once
 	aside bool        // in Gate.aside, guarded by the Gate's lock
@@ -249,17 +254,17 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	start := g.now()
 	g.mu.Lock()
 	if g.q.Len() == 0 {
-		ep, lease, err := g.bindLocked(ctx, r.Routing, nil, r.Class, r.Batch)
+		ep, lease, err := g.bindLocked(ctx, &r, start, nil)
 		if ep != nil || !errors.Is(err, ErrNoRoom) {
 			g.mu.Unlock()
 			if err != nil {
 				return nil, err
 			}
 			g.admitted(r.Class, 0)
-			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class, batch: r.Batch, prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
+			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class, tenant: r.Tenant, batch: r.Batch, prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
 		}
 	}
-	w := &waiter{r: r, ready: make(chan result, 1)}
+	w := &waiter{r: r, since: start, ready: make(chan result, 1)}
 	w.item = Item{Class: r.Class, TierPriority: r.TierPriority, Tenant: r.Tenant, Weight: r.Weight, Tokens: r.Tokens, Value: w}
 	shed, err := g.q.Push(&w.item)
 	g.mu.Unlock()
@@ -273,9 +278,9 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	if g.o.Shared != nil {
 		id := g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
 		g.shared(func(ctx context.Context) error {
-			return g.o.Shared.Wait(ctx, g.o.Pool, r.Class, id, g.o.MaxWait[r.Class]+g.o.Patience, g.now())
+			return g.o.Shared.Wait(ctx, g.o.Pool, r.Class, r.Tenant, id, g.o.MaxWait[r.Class]+g.o.Patience, start)
 		})
-		defer g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, r.Class, id) })
+		defer g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, r.Class, r.Tenant, id) })
 	}
 	timer := time.NewTimer(g.o.MaxWait[r.Class])
 	defer timer.Stop()
@@ -319,7 +324,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	}
 	waited := g.now().Sub(start)
 	g.admitted(r.Class, waited)
-	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, batch: r.Batch, waited: waited,
+	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, tenant: r.Tenant, batch: r.Batch, waited: waited,
 		prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
 }
 
@@ -388,10 +393,13 @@ func (g *Gate) shedError(c Class, reason string) *ShedError {
 	return &ShedError{Class: c, Reason: reason, RetryAfter: ra}
 }
 
-// bindLocked picks an endpoint with room (not in exclude) for routing,
-// takes its slot (in the shared store too, when there is one) and returns
-// it with the lease; ErrNoRoom when none has room.
-func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclude []*backends.Endpoint, class Class, batch bool) (*backends.Endpoint, string, error) {
+// bindLocked picks an endpoint with room (not in exclude) for r, which
+// arrived at since, takes its slot (in the shared store too, when there is
+// one) and returns it with the lease; ErrNoRoom when none has room, or when
+// the shared store holds r back behind requests that waited longer on
+// other replicas.
+func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, exclude []*backends.Endpoint) (*backends.Endpoint, string, error) {
+	routing, batch := r.Routing, r.Batch
 	now := g.now()
 	// Available may return the pool's own slice: never write into it.
 	avail := g.pool.Available(nil, now)
@@ -420,11 +428,11 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 	}
 	lease := ""
 	if b := g.o.Budget(ep); g.o.Shared != nil && (b > 0 || g.sharesPrefill()) {
-		l := g.lease(ep, b, class, routing, now)
+		l := g.lease(ep, b, r, since, now)
 		lease = l.ID
-		var ok bool
+		var grant Grant
 		err := g.shared(func(sctx context.Context) (err error) {
-			ok, err = g.o.Shared.Acquire(sctx, l)
+			grant, err = g.o.Shared.Acquire(sctx, l)
 			return err
 		})
 		switch {
@@ -437,7 +445,9 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 				g.full[ep] = now.Add(g.o.Patience)
 				return nil, "", ErrNoRoom
 			}
-		case !ok:
+		case grant == Behind: // not the endpoint's doing: this request waits its turn
+			return nil, "", ErrNoRoom
+		case grant != Granted:
 			g.full[ep] = now.Add(g.o.Patience)
 			return nil, "", ErrNoRoom
 		}
@@ -452,15 +462,16 @@ func (g *Gate) bindLocked(ctx context.Context, routing *policies.Request, exclud
 	return ep, lease, nil
 }
 
-// lease is the shared store's lease for a request of class bound to ep,
-// whose budget is b: with MaxPendingPrefill it carries the prompt and the
+// lease is the shared store's lease for r, which arrived at since, bound
+// to ep, whose budget is b: with MaxPendingPrefill it carries the prompt and the
 // bound in tokens at ep's measured prefill rate (none before the first
 // measurement). An answer that comes whole has no first token to end its
 // prompt's count, which then lasts as long as its prefill is expected to
 // take there, as backends.Endpoint.StartWhole's does.
-func (g *Gate) lease(ep *backends.Endpoint, b int, class Class, routing *policies.Request, now time.Time) Lease {
+func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.Time) Lease {
+	routing := r.Routing
 	l := Lease{Pool: g.o.Pool, Backend: ep.Address(), ID: g.prefix + strconv.FormatUint(g.seq.Add(1), 36),
-		Budget: b, Class: class, Now: now, TTL: g.o.LeaseTTL, Patience: g.o.Patience}
+		Budget: b, Class: r.Class, Tenant: r.Tenant, Since: since, Now: now, TTL: g.o.LeaseTTL, Patience: g.o.Patience}
 	if l.Budget <= 0 {
 		l.Budget = math.MaxInt32
 	}
@@ -590,8 +601,12 @@ func (g *Gate) prefillRoom(e *backends.Endpoint, share int) bool {
 }
 
 // dispatchLocked binds waiting requests, in order, while endpoints have
-// room. The batch requests set aside go before the queue's flex ones.
+// room: the retries waiting to rebind first, then the queue. The batch
+// requests set aside go before the queue's flex ones.
 func (g *Gate) dispatchLocked() {
+	if len(g.rebinds) > 0 {
+		g.bindRebindsLocked()
+	}
 	for {
 		var w *waiter
 		if g.q.Len() > 0 {
@@ -603,7 +618,7 @@ func (g *Gate) dispatchLocked() {
 		if w == nil {
 			return
 		}
-		ep, lease, err := g.bindLocked(context.Background(), w.r.Routing, nil, w.r.Class, w.r.Batch)
+		ep, lease, err := g.bindLocked(context.Background(), &w.r, w.since, nil)
 		if errors.Is(err, ErrNoRoom) && w.r.Batch && len(g.aside) < MaxBatchAside && g.batchRoomLocked() {
 			// Some endpoint takes batch requests, not this prompt: let
 			// the requests behind it try.
@@ -624,7 +639,7 @@ func (g *Gate) dispatchLocked() {
 // endpoint now takes, and reports whether there was one.
 func (g *Gate) bindAsideLocked() bool {
 	for i, w := range g.aside {
-		ep, lease, err := g.bindLocked(context.Background(), w.r.Routing, nil, w.r.Class, true)
+		ep, lease, err := g.bindLocked(context.Background(), &w.r, w.since, nil)
 		if errors.Is(err, ErrNoRoom) {
 			continue
 		}
@@ -743,19 +758,33 @@ func (t *Ticket) Prefilled() {
 	}
 	g.mu.Lock()
 	delete(g.full, t.ep) // its prefill room grew
-	if g.q.Len()+len(g.aside) > 0 {
+	if g.q.Len()+len(g.aside)+len(g.rebinds) > 0 {
 		g.dispatchLocked()
 	}
 	g.mu.Unlock()
 }
 
 // Rebind moves the ticket to another endpoint with room that is not in
-// exclude (a retry after the first could not be reached), without waiting;
-// ErrNoRoom when there is none, and the ticket keeps its old endpoint.
+// exclude (a retry after the first could not be reached). When none has
+// room now the request waits for one ahead of the queue, as it was
+// admitted already: until a release, a first token or a look every
+// Patience finds room, at most its class's MaxWait (then a *ShedError), or
+// until ctx ends (its error). ErrNoRoom when no available endpoint is
+// outside exclude. On an error the ticket keeps its old endpoint.
 func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude []*backends.Endpoint) error {
 	g := t.g
 	g.mu.Lock()
-	ep, lease, err := g.bindLocked(ctx, routing, exclude, t.class, t.batch)
+	rb := &rebinder{r: Request{Class: t.class, Tenant: t.tenant, Batch: t.batch, Routing: routing}, since: g.now(), exclude: exclude}
+	ep, lease, err := g.bindLocked(ctx, &rb.r, rb.since, exclude)
+	if errors.Is(err, ErrNoRoom) && g.outsideLocked(exclude) {
+		rb.ready = make(chan result, 1)
+		g.rebinds = append(g.rebinds, rb)
+		g.mu.Unlock()
+		var res result
+		res, err = g.awaitRebind(ctx, rb)
+		ep, lease = res.ep, res.lease
+		g.mu.Lock()
+	}
 	if err != nil {
 		g.mu.Unlock()
 		return err
@@ -771,11 +800,91 @@ func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude 
 	return nil
 }
 
-// Waiting is how many requests wait.
+// rebinder is a Rebind waiting for room.
+type rebinder struct {
+	r       Request
+	since   time.Time
+	exclude []*backends.Endpoint
+	ready   chan result // buffered 1: the binding, sent once
+}
+
+// awaitRebind waits for dispatchLocked to bind rb, its class's MaxWait or
+// ctx, whichever is first.
+func (g *Gate) awaitRebind(ctx context.Context, rb *rebinder) (result, error) {
+	timer := time.NewTimer(g.o.MaxWait[rb.r.Class])
+	defer timer.Stop()
+	tick := time.NewTicker(g.o.Patience)
+	defer tick.Stop()
+	for {
+		select {
+		case res := <-rb.ready:
+			return res, res.err
+		case <-tick.C:
+			if g.pollDue() {
+				g.mu.Lock()
+				g.dispatchLocked()
+				g.mu.Unlock()
+			}
+		case <-ctx.Done():
+			if res, ok := g.leaveRebind(rb); ok && res.ep != nil {
+				g.mu.Lock()
+				g.startedLocked(res.ep, promptOf(rb.r.Routing)) // it will not run
+				g.mu.Unlock()
+				g.release(res.ep, res.lease, rb.r.Batch)
+			}
+			return result{}, ctx.Err()
+		case <-timer.C:
+			if res, ok := g.leaveRebind(rb); ok {
+				return res, res.err // bound as the wait ran out
+			}
+			return result{}, g.shedError(rb.r.Class, "waited too long")
+		}
+	}
+}
+
+// leaveRebind takes rb out of the rebinds and reports false; when it was
+// bound already it returns the binding and true.
+func (g *Gate) leaveRebind(rb *rebinder) (result, bool) {
+	g.mu.Lock()
+	if i := slices.Index(g.rebinds, rb); i >= 0 {
+		g.rebinds = slices.Delete(g.rebinds, i, i+1)
+		g.mu.Unlock()
+		return result{}, false
+	}
+	g.mu.Unlock()
+	return <-rb.ready, true
+}
+
+// outsideLocked reports whether an available endpoint is not in exclude.
+func (g *Gate) outsideLocked(exclude []*backends.Endpoint) bool {
+	for _, e := range g.pool.Available(nil, g.now()) {
+		if !contains(exclude, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// bindRebindsLocked binds the waiting rebinds that now have room, oldest
+// first.
+func (g *Gate) bindRebindsLocked() {
+	for i := 0; i < len(g.rebinds); {
+		rb := g.rebinds[i]
+		ep, lease, err := g.bindLocked(context.Background(), &rb.r, rb.since, rb.exclude)
+		if errors.Is(err, ErrNoRoom) {
+			i++
+			continue
+		}
+		g.rebinds = slices.Delete(g.rebinds, i, i+1)
+		rb.ready <- result{ep: ep, lease: lease, err: err}
+	}
+}
+
+// Waiting is how many requests wait (retries waiting to rebind included).
 func (g *Gate) Waiting() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.q.Len() + len(g.aside)
+	return g.q.Len() + len(g.aside) + len(g.rebinds)
 }
 
 func contains(eps []*backends.Endpoint, e *backends.Endpoint) bool {

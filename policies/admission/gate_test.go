@@ -197,6 +197,47 @@ func TestGateRebind(t *testing.T) {
 	b.Release()
 }
 
+// A retry whose other endpoints are full waits for room, ahead of the
+// queue, rather than failing at once (a request arriving as its backend
+// died got 502 while the survivor was at its budget); it is shed after its
+// class's wait, and leaves when its client does.
+func TestGateRebindWaitsForRoom(t *testing.T) {
+	g, _ := newGate(t, 2, 1, 10) // Default waits at most 2 s
+	ctx := context.Background()
+	a, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	b, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	dead, other := a.Endpoint(), b.Endpoint()
+	rebound := make(chan error, 1)
+	go func() { rebound <- a.Rebind(ctx, &policies.Request{Model: "m"}, []*backends.Endpoint{dead}) }()
+	require.Eventually(t, func() bool { return g.Waiting() == 1 }, time.Second, time.Millisecond)
+	c := queued(t, g, ctx, req(admission.Priority, "y")) // admitted later: waits behind the retry
+	b.Release()
+	require.NoError(t, <-rebound)
+	assert.Same(t, other, a.Endpoint())
+	r := <-c
+	require.NoError(t, r.err, "the retry gave its first endpoint's slot back")
+	assert.Same(t, dead, r.t.Endpoint())
+
+	// Nothing frees: shed after the class's wait, keeping its endpoint.
+	err = a.Rebind(ctx, &policies.Request{Model: "m"}, []*backends.Endpoint{other})
+	var shed *admission.ShedError
+	require.ErrorAs(t, err, &shed)
+	assert.Equal(t, "waited too long", shed.Reason)
+	assert.Same(t, other, a.Endpoint())
+
+	// A client that leaves stops waiting at once.
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { rebound <- a.Rebind(cctx, &policies.Request{Model: "m"}, []*backends.Endpoint{other}) }()
+	require.Eventually(t, func() bool { return g.Waiting() == 1 }, time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-rebound, context.Canceled)
+	assert.Zero(t, g.Waiting())
+	a.Release()
+	r.t.Release()
+}
+
 // oneEndpointGate is a gate with options o over one endpoint, picked by
 // round robin.
 func oneEndpointGate(t *testing.T, o admission.Options) (*admission.Gate, *backends.Endpoint) {

@@ -6,32 +6,52 @@ import (
 )
 
 // Slots shares admission across router replicas: one budget of requests in
-// flight per backend, one order between classes and, when a lease carries
-// a prompt, one bound on the prompt tokens waiting for prefill there. A
-// Gate without Slots admits on its own counts (one replica).
+// flight per backend, one order (between classes, and by arrival within a
+// class and tenant) and, when a lease carries a prompt, one bound on the
+// prompt tokens waiting for prefill there. A Gate without Slots admits on
+// its own counts (one replica).
 type Slots interface {
 	// Acquire takes the lease l describes, in one round trip: a slot on
-	// l.Backend when fewer than l.Budget live leases hold it, no request
-	// of a better class has waited (Wait) longer than l.Patience on any
-	// replica, and (with l.MaxPrompt) the backend's pending prompts are
-	// under the bound.
-	Acquire(ctx context.Context, l Lease) (bool, error)
+	// l.Backend when fewer than l.Budget live leases hold it and (with
+	// l.MaxPrompt) the backend's pending prompts are under the bound
+	// (else Full), and no request waits (Wait) on any replica that is of a
+	// better class and has waited longer than l.Patience, or of the same
+	// class and tenant and arrived more than l.Patience before l.Since
+	// (else Behind).
+	Acquire(ctx context.Context, l Lease) (Grant, error)
 	// Release frees a lease (and its pending prompt).
 	Release(ctx context.Context, pool, backend, lease string) error
 	// Prefilled ends a lease's pending prompt: its request has its first
 	// token.
 	Prefilled(ctx context.Context, pool, backend, lease string) error
-	// Wait records that request id of class waits on pool since now (kept
-	// at most ttl); Unwait removes it.
-	Wait(ctx context.Context, pool string, class Class, id string, ttl time.Duration, now time.Time) error
-	Unwait(ctx context.Context, pool string, class Class, id string) error
+	// Wait records that request id of class and tenant waits on pool since
+	// since (kept at most ttl); Unwait removes it.
+	Wait(ctx context.Context, pool string, class Class, tenant, id string, ttl time.Duration, since time.Time) error
+	Unwait(ctx context.Context, pool string, class Class, tenant, id string) error
 }
+
+// Grant is Acquire's answer.
+type Grant int8
+
+const (
+	// Full: the backend has no room (its budget or its prefill bound).
+	Full Grant = iota
+	// Granted: the lease is taken.
+	Granted
+	// Behind: requests that came first wait on other replicas; this one
+	// waits its turn, whatever the backend.
+	Behind
+)
 
 // Lease is one Slots.Acquire.
 type Lease struct {
 	Pool, Backend, ID string
 	Budget            int
 	Class             Class
+	// Tenant and Since (when the request arrived; zero: Now) place the
+	// request in its class and tenant's order across replicas.
+	Tenant string
+	Since  time.Time
 	// The lease lives until Now+TTL unless released. Patience is how long
 	// a better class may have waited elsewhere before this one is refused.
 	Now           time.Time

@@ -24,10 +24,10 @@ type lateSlots struct {
 	failNext atomic.Bool
 }
 
-func (s *lateSlots) Acquire(ctx context.Context, l admission.Lease) (bool, error) {
+func (s *lateSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
 	ok, err := s.Slots.Acquire(ctx, l)
 	if err == nil && s.failNext.CompareAndSwap(true, false) {
-		return false, errors.New("deadline exceeded after the script ran")
+		return admission.Full, errors.New("deadline exceeded after the script ran")
 	}
 	return ok, err
 }

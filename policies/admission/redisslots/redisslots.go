@@ -14,16 +14,22 @@ import (
 )
 
 // acquireScript: KEYS[1] the backend's lease set, KEYS[2] its pending
-// prompts (lease -> "tokens:until_ms"), KEYS[3..] the wait sets of the
-// better classes. ARGV: budget, lease, now_ms, expiry_ms,
-// patience_cutoff_ms, key_ttl_ms, max_prompt, prompt, prompt_until_ms.
-// Returns 1 when the lease was taken.
+// prompts (lease -> "tokens:until_ms"), KEYS[3] the wait set of the
+// request's class and tenant, KEYS[4..] the wait sets of the better
+// classes. ARGV: budget, lease, now_ms, expiry_ms, patience_cutoff_ms,
+// key_ttl_ms, max_prompt, prompt, prompt_until_ms, arrival_cutoff_ms.
+// Returns 1 when the lease was taken, 0 when the backend is full, 2 when
+// requests that came first wait elsewhere.
 const acquireScript = `
 local now = tonumber(ARGV[3])
 for i = 3, #KEYS do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - tonumber(ARGV[6]))
-  if redis.call('ZCOUNT', KEYS[i], '-inf', ARGV[5]) > 0 then
-    return 0
+  local cutoff = ARGV[5]
+  if i == 3 then
+    cutoff = ARGV[10]
+  end
+  if redis.call('ZCOUNT', KEYS[i], '-inf', cutoff) > 0 then
+    return 2
   end
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -99,10 +105,14 @@ func (s *Slots) waiting(pool string, c admission.Class) string {
 	return s.prefix + ":adm:{" + pool + "}:wait:" + c.String()
 }
 
+func (s *Slots) waitingTenant(pool string, c admission.Class, tenant string) string {
+	return s.prefix + ":adm:{" + pool + "}:wait:" + c.String() + ":t:" + tenant
+}
+
 // Acquire implements admission.Slots.
-func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (bool, error) {
-	keys := make([]string, 2, 2+int(l.Class))
-	keys[0], keys[1] = s.leases(l.Pool, l.Backend), s.prompts(l.Pool, l.Backend)
+func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
+	keys := make([]string, 3, 3+int(l.Class))
+	keys[0], keys[1], keys[2] = s.leases(l.Pool, l.Backend), s.prompts(l.Pool, l.Backend), s.waitingTenant(l.Pool, l.Class, l.Tenant)
 	for c := admission.Class(0); c < l.Class; c++ {
 		keys = append(keys, s.waiting(l.Pool, c))
 	}
@@ -112,12 +122,22 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (bool, error) {
 	if !l.PromptUntil.IsZero() {
 		until = min(until, l.PromptUntil.UnixMilli())
 	}
-	v, err := s.acquire.Run(ctx, s.client, keys, l.Budget, l.ID, ms, expiry,
-		ms-l.Patience.Milliseconds(), l.TTL.Milliseconds(), max(l.MaxPrompt, 0), max(l.Prompt, 0), until).Int()
-	if err != nil {
-		return false, fmt.Errorf("redisslots: acquire: %w", err)
+	since := ms
+	if !l.Since.IsZero() {
+		since = l.Since.UnixMilli()
 	}
-	return v == 1, nil
+	v, err := s.acquire.Run(ctx, s.client, keys, l.Budget, l.ID, ms, expiry,
+		ms-l.Patience.Milliseconds(), l.TTL.Milliseconds(), max(l.MaxPrompt, 0), max(l.Prompt, 0), until,
+		since-l.Patience.Milliseconds()).Int()
+	switch {
+	case err != nil:
+		return admission.Full, fmt.Errorf("redisslots: acquire: %w", err)
+	case v == 1:
+		return admission.Granted, nil
+	case v == 2:
+		return admission.Behind, nil
+	}
+	return admission.Full, nil
 }
 
 // Release implements admission.Slots.
@@ -142,11 +162,12 @@ func (s *Slots) Prefilled(ctx context.Context, pool, backend, lease string) erro
 }
 
 // Wait implements admission.Slots.
-func (s *Slots) Wait(ctx context.Context, pool string, class admission.Class, id string, ttl time.Duration, now time.Time) error {
-	key := s.waiting(pool, class)
+func (s *Slots) Wait(ctx context.Context, pool string, class admission.Class, tenant, id string, ttl time.Duration, since time.Time) error {
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, key, redis.Z{Score: float64(now.UnixMilli()), Member: id})
-		p.PExpire(ctx, key, ttl)
+		for _, key := range [...]string{s.waiting(pool, class), s.waitingTenant(pool, class, tenant)} {
+			p.ZAdd(ctx, key, redis.Z{Score: float64(since.UnixMilli()), Member: id})
+			p.PExpire(ctx, key, ttl)
+		}
 		return nil
 	})
 	if err != nil {
@@ -156,8 +177,13 @@ func (s *Slots) Wait(ctx context.Context, pool string, class admission.Class, id
 }
 
 // Unwait implements admission.Slots.
-func (s *Slots) Unwait(ctx context.Context, pool string, class admission.Class, id string) error {
-	if err := s.client.ZRem(ctx, s.waiting(pool, class), id).Err(); err != nil {
+func (s *Slots) Unwait(ctx context.Context, pool string, class admission.Class, tenant, id string) error {
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, s.waiting(pool, class), id)
+		p.ZRem(ctx, s.waitingTenant(pool, class, tenant), id)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("redisslots: unwait: %w", err)
 	}
 	return nil

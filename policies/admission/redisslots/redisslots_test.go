@@ -32,6 +32,12 @@ func newSlots(t *testing.T) *redisslots.Slots {
 	return s
 }
 
+// granted is whether s.Acquire took l.
+func granted(s *redisslots.Slots, l admission.Lease) (bool, error) {
+	g, err := s.Acquire(context.Background(), l)
+	return g == admission.Granted, err
+}
+
 // lease is a lease on backend b1 of pool m for a minute, with a patience
 // of 50 ms.
 func lease(budget int, c admission.Class, id string, now time.Time) admission.Lease {
@@ -43,7 +49,7 @@ func TestAcquireHoldsTheBudgetAcrossCallers(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
 	for i, want := range []bool{true, true, false} {
-		ok, err := s.Acquire(ctx, lease(2, admission.Default, fmt.Sprint("l", i), now))
+		ok, err := granted(s, lease(2, admission.Default, fmt.Sprint("l", i), now))
 		require.NoError(t, err)
 		assert.Equal(t, want, ok, "lease %d of a budget of 2", i)
 	}
@@ -51,11 +57,11 @@ func TestAcquireHoldsTheBudgetAcrossCallers(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, n)
 	require.NoError(t, s.Release(ctx, "m", "b1", "l0"))
-	ok, err := s.Acquire(ctx, lease(2, admission.Default, "l3", now))
+	ok, err := granted(s, lease(2, admission.Default, "l3", now))
 	require.NoError(t, err)
 	assert.True(t, ok, "a released lease makes room")
 	// A dead replica's leases expire.
-	ok, err = s.Acquire(ctx, lease(2, admission.Default, "l4", now.Add(2*time.Minute)))
+	ok, err = granted(s, lease(2, admission.Default, "l4", now.Add(2*time.Minute)))
 	require.NoError(t, err)
 	assert.True(t, ok)
 }
@@ -64,18 +70,20 @@ func TestABetterClassWaitingElsewhereHoldsBackWorseOnes(t *testing.T) {
 	s := newSlots(t)
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	require.NoError(t, s.Wait(ctx, "m", admission.Priority, "p1", time.Minute, now))
-	ok, err := s.Acquire(ctx, lease(5, admission.Default, "d1", now.Add(10*time.Millisecond)))
+	require.NoError(t, s.Wait(ctx, "m", admission.Priority, "", "p1", time.Minute, now))
+	ok, err := granted(s, lease(5, admission.Default, "d1", now.Add(10*time.Millisecond)))
 	require.NoError(t, err)
 	assert.True(t, ok, "within patience: go ahead")
-	ok, err = s.Acquire(ctx, lease(5, admission.Flex, "f1", now.Add(100*time.Millisecond)))
+	ok, err = granted(s, lease(5, admission.Flex, "f1", now.Add(100*time.Millisecond)))
 	require.NoError(t, err)
 	assert.False(t, ok, "priority has waited longer than patience")
-	ok, err = s.Acquire(ctx, lease(5, admission.Priority, "p1", now.Add(100*time.Millisecond)))
+	p1 := lease(5, admission.Priority, "p1", now.Add(100*time.Millisecond))
+	p1.Since = now // the waiting request itself
+	ok, err = granted(s, p1)
 	require.NoError(t, err)
-	assert.True(t, ok, "the same class is not held back")
-	require.NoError(t, s.Unwait(ctx, "m", admission.Priority, "p1"))
-	ok, err = s.Acquire(ctx, lease(5, admission.Flex, "f2", now.Add(200*time.Millisecond)))
+	assert.True(t, ok, "its own class is not held back by it")
+	require.NoError(t, s.Unwait(ctx, "m", admission.Priority, "", "p1"))
+	ok, err = granted(s, lease(5, admission.Flex, "f2", now.Add(200*time.Millisecond)))
 	require.NoError(t, err)
 	assert.True(t, ok)
 }
@@ -91,7 +99,7 @@ func TestAcquireHoldsThePendingPromptsAcrossCallers(t *testing.T) {
 		t.Helper()
 		l := lease(10, admission.Default, id, at)
 		l.MaxPrompt, l.Prompt, l.PromptUntil = 100, prompt, until
-		ok, err := s.Acquire(ctx, l)
+		ok, err := granted(s, l)
 		require.NoError(t, err)
 		return ok
 	}
@@ -121,4 +129,31 @@ func TestAcquireHoldsThePendingPromptsAcrossCallers(t *testing.T) {
 	// Expired leases take their prompts with them.
 	assert.True(t, acquire("h", 500, now.Add(2*time.Minute), time.Time{}))
 	assert.EqualValues(t, 500, pending())
+}
+
+// Within a class and tenant a request does not start while one that came
+// more than patience before it waits on another replica; other tenants and
+// better classes are not held back by it, and a full backend is told
+// apart from a request that waits its turn.
+func TestAnEarlierRequestOfTheSameTenantWaitingElsewhereGoesFirst(t *testing.T) {
+	s := newSlots(t)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	require.NoError(t, s.Wait(ctx, "m", admission.Flex, "acme", "w1", time.Minute, now))
+	acquire := func(c admission.Class, tenant, id string, since time.Time) admission.Grant {
+		t.Helper()
+		l := lease(3, c, id, since)
+		l.Tenant, l.Since = tenant, since
+		g, err := s.Acquire(ctx, l)
+		require.NoError(t, err)
+		return g
+	}
+	assert.Equal(t, admission.Granted, acquire(admission.Flex, "acme", "a", now.Add(10*time.Millisecond)), "within patience")
+	assert.Equal(t, admission.Behind, acquire(admission.Flex, "acme", "b", now.Add(100*time.Millisecond)))
+	assert.Equal(t, admission.Granted, acquire(admission.Flex, "other", "c", now.Add(100*time.Millisecond)), "another tenant")
+	assert.Equal(t, admission.Granted, acquire(admission.Priority, "acme", "d", now.Add(100*time.Millisecond)), "a better class")
+	assert.Equal(t, admission.Full, acquire(admission.Priority, "acme", "e", now.Add(100*time.Millisecond)), "budget 3 held")
+	require.NoError(t, s.Release(ctx, "m", "b1", "a"))
+	require.NoError(t, s.Unwait(ctx, "m", admission.Flex, "acme", "w1"))
+	assert.Equal(t, admission.Granted, acquire(admission.Flex, "acme", "b", now.Add(100*time.Millisecond)), "the earlier one left")
 }
