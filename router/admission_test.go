@@ -234,3 +234,27 @@ func TestAdmissionHoldsThePrefillBoundUnderABurst(t *testing.T) {
 	assert.Equal(t, 8, served)
 	assert.Equal(t, 1, peak, "one prompt fits the bound: one prefill at a time")
 }
+
+// A request bound to a backend that cannot be reached, while the other
+// backend is at its budget, waits for room there instead of failing: by
+// hand, a request that arrived as a backend was killed got 502 while the
+// survivor was full.
+func TestAdmissionRetryWaitsForRoom(t *testing.T) {
+	w := startWorker(t, model, "h100-llama3-8b", 1)
+	s := startSluice(t, router.Options{Retries: 1}, routeSpec{model: model, policy: "round_robin", urls: []string{w.srv.URL, deadURL(t)}, budget: 1})
+	c := s.client(t)
+	release := holdSlot(t, c) // round robin's first pick: the live worker
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Chat.Completions.New(context.Background(), chatParams(model)) // bound to the dead one, the only one with room
+		done <- err
+	}()
+	waitQueued(t, s, 1) // its retry waits for the live worker's slot
+	release()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retry was not bound after the slot freed")
+	}
+}

@@ -15,6 +15,9 @@ func (t *Table) Routes() []*Route {
 	return out
 }
 
+// Route is model's route, nil when the table has none.
+func (t *Table) Route(model string) *Route { return t.routes[model] }
+
 // Table is the routing table serving now.
 func (rt *Router) Table() *Table { return rt.table.Load() }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluice-llm/sluice/configs"
 	"github.com/sluice-llm/sluice/policies"
 	"github.com/sluice-llm/sluice/policies/admission"
+	"github.com/sluice-llm/sluice/policies/admission/redisslots"
 	"github.com/sluice-llm/sluice/policies/all"
 	"github.com/sluice-llm/sluice/router"
 )
@@ -170,10 +172,35 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 // sharedAdmission shares admission budgets through the limits' Redis.
 type sharedAdmission struct {
 	slots    admission.Slots
+	store    *redisslots.Slots // slots, untimed: for its Watch
 	leaseTTL time.Duration
 	log      *slog.Logger
 	errors   prometheus.Counter
 	lastLog  atomic.Int64 // unix ns of the last warning
+}
+
+// Run tells the gates of rt's table serving now of the room other replicas
+// free (redisslots.Slots.Watch) until ctx ends; a lost subscription is
+// logged and made again after a second, the gates' own looks covering the
+// gap.
+func (s *sharedAdmission) Run(ctx context.Context, rt *router.Router) {
+	room := func(pool, backend string) {
+		if r := rt.Table().Route(pool); r != nil && r.Gate != nil {
+			r.Gate.Room(backend)
+		}
+	}
+	for {
+		err := s.store.Watch(ctx, room)
+		if ctx.Err() != nil {
+			return
+		}
+		s.failed(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // failed counts a shared-store failure and logs at most one line in 10 s.

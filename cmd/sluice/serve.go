@@ -250,6 +250,12 @@ func runServer(ctx context.Context, o serverOptions) error {
 		o.ready <- ln.Addr().String()
 	}
 
+	if shared != nil {
+		actx, stopWatch := context.WithCancel(ctx)
+		var watching sync.WaitGroup
+		watching.Go(func() { shared.Run(actx, rt) })
+		defer func() { stopWatch(); watching.Wait() }()
+	}
 	live := &runtime{path: o.path, log: o.log, reg: reg, eps: eps, rt: rt, scraper: scraper, shared: shared,
 		started: cfg, current: cfg}
 	if stopAdmin, err := serveAdmin(cfg, live, o.log); err != nil {

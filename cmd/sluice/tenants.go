@@ -159,5 +159,5 @@ func newSharedAdmission(c *configs.Config, st limitStore, log *slog.Logger, reg 
 	if err := reg.Register(errs); err != nil {
 		return nil, err
 	}
-	return &sharedAdmission{slots: timed, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
+	return &sharedAdmission{slots: timed, store: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
 }

@@ -880,6 +880,23 @@ func (g *Gate) bindRebindsLocked() {
 	}
 }
 
+// Room tells the gate that the backend at address has more room than it
+// may know: another replica's request there ended or got its first token
+// (heard through the shared store). Requests waiting here look for it at
+// once rather than at their next look.
+func (g *Gate) Room(address string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for e := range g.full {
+		if e.Address() == address {
+			delete(g.full, e)
+		}
+	}
+	if g.q.Len()+len(g.aside)+len(g.rebinds) > 0 {
+		g.dispatchLocked()
+	}
+}
+
 // Waiting is how many requests wait (retries waiting to rebind included).
 func (g *Gate) Waiting() int {
 	g.mu.Lock()

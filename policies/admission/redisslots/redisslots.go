@@ -140,11 +140,12 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 	return admission.Full, nil
 }
 
-// Release implements admission.Slots.
+// Release implements admission.Slots; it tells the replicas' Watch.
 func (s *Slots) Release(ctx context.Context, pool, backend, lease string) error {
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, s.leases(pool, backend), lease)
 		p.HDel(ctx, s.prompts(pool, backend), lease)
+		p.Publish(ctx, s.roomChannel(), pool+"\x00"+backend)
 		return nil
 	})
 	if err != nil {
@@ -153,12 +154,53 @@ func (s *Slots) Release(ctx context.Context, pool, backend, lease string) error 
 	return nil
 }
 
-// Prefilled implements admission.Slots.
+// Prefilled implements admission.Slots; it tells the replicas' Watch.
 func (s *Slots) Prefilled(ctx context.Context, pool, backend, lease string) error {
-	if err := s.client.HDel(ctx, s.prompts(pool, backend), lease).Err(); err != nil {
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, s.prompts(pool, backend), lease)
+		p.Publish(ctx, s.roomChannel(), pool+"\x00"+backend)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("redisslots: prefilled: %w", err)
 	}
 	return nil
+}
+
+// roomChannel is where Release and Prefilled say that a backend has more
+// room.
+func (s *Slots) roomChannel() string { return s.prefix + ":adm:room" }
+
+// Watch calls room(pool, backend) for every Release and Prefilled of any
+// replica (this one's too), so that requests waiting on every replica look
+// at once for the room freed, not at their next look; without it the
+// replica where room freed took it every time. It returns when ctx ends
+// (nil) or the subscription cannot be made; go-redis resubscribes after a
+// lost connection, and what is missed meanwhile the waiting requests' own
+// looks find.
+func (s *Slots) Watch(ctx context.Context, room func(pool, backend string)) error {
+	sub := s.client.Subscribe(ctx, s.roomChannel())
+	defer func() { _ = sub.Close() }()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("redisslots: watch: %w", err)
+	}
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			if pool, backend, ok := strings.Cut(m.Payload, "\x00"); ok {
+				room(pool, backend)
+			}
+		}
+	}
 }
 
 // Wait implements admission.Slots.

@@ -3,6 +3,7 @@ package redisslots_test
 import (
 	"context"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,5 +205,77 @@ func TestAReleaseGoesToTheRequestWaitingLongestOnAnyReplica(t *testing.T) {
 		r.t.Release()
 	case <-time.After(5 * time.Second):
 		t.Fatal("the later request was not bound after the earlier one's release")
+	}
+}
+
+// A release on one replica wakes the requests waiting on the others at
+// once (through Watch and Gate.Room), not at their next look, an hour away
+// here.
+func TestAReleaseWakesTheOtherReplicasAtOnce(t *testing.T) {
+	store := newSlots(t)
+	const addr = "http://10.0.0.3:8000"
+	newGate := func() *admission.Gate {
+		e, err := backends.NewEndpoint(addr, 1)
+		require.NoError(t, err)
+		pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+		require.NoError(t, err)
+		rr, err := roundrobin.New(nil)
+		require.NoError(t, err)
+		g, err := admission.NewGate(pool, rr, admission.Options{
+			Budget: func(*backends.Endpoint) int { return 1 },
+			Shared: store, Pool: "m", Replicas: 2, LeaseTTL: time.Hour, Patience: time.Hour, KVMax: -1,
+		})
+		require.NoError(t, err)
+		return g
+	}
+	a, b := newGate(), newGate()
+	ctx, cancel := context.WithCancel(context.Background())
+	probed := make(chan struct{}, 1)
+	var watching sync.WaitGroup
+	watching.Go(func() {
+		assert.NoError(t, store.Watch(ctx, func(pool, backend string) {
+			switch pool {
+			case "m":
+				b.Room(backend)
+			case "probe":
+				select {
+				case probed <- struct{}{}:
+				default:
+				}
+			}
+		}))
+	})
+	defer func() { cancel(); watching.Wait() }()
+	// Once a probe's release is heard, the subscription is live.
+	require.Eventually(t, func() bool {
+		l := admission.Lease{Pool: "probe", Backend: "x", ID: "p", Budget: 1, Now: time.Now(), TTL: time.Minute}
+		_, err := store.Acquire(ctx, l)
+		require.NoError(t, err)
+		require.NoError(t, store.Release(ctx, "probe", "x", "p"))
+		select {
+		case <-probed:
+			return true
+		case <-time.After(10 * time.Millisecond):
+			return false
+		}
+	}, 5*time.Second, time.Millisecond)
+
+	held, err := a.Admit(ctx, stream(10))
+	require.NoError(t, err)
+	woken := make(chan error, 1)
+	go func() {
+		tk, err := b.Admit(ctx, stream(10))
+		if err == nil {
+			tk.Release()
+		}
+		woken <- err
+	}()
+	require.Eventually(t, func() bool { return b.Waiting() == 1 }, 5*time.Second, time.Millisecond)
+	held.Release()
+	select {
+	case err := <-woken:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request waiting on the other replica was not woken by the release")
 	}
 }
