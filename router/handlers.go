@@ -368,10 +368,13 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	mw := measure.NewWriter(w, start, rt.now)
 	mw.StripUsageChunk = strip
 	var whole time.Duration // a non-streamed answer's first byte
+	if preq.Stream && ticket != nil {
+		// After the flush: with a shared store it is a round trip.
+		mw.AfterFirstFlush = ticket.Prefilled
+	}
 	mw.OnFirstByte = func() {
 		if preq.Stream {
 			att.FirstToken(rt.now().Sub(start))
-			ticket.Prefilled()
 		} else {
 			whole = rt.now().Sub(start) // a whole answer: its first byte is not a first token
 		}

@@ -471,7 +471,8 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.Time) Lease {
 	routing := r.Routing
 	l := Lease{Pool: g.o.Pool, Backend: ep.Address(), ID: g.prefix + strconv.FormatUint(g.seq.Add(1), 36),
-		Budget: b, Class: r.Class, Tenant: r.Tenant, Since: since, Now: now, TTL: g.o.LeaseTTL, Patience: g.o.Patience}
+		Budget: b, Class: r.Class, Tenant: r.Tenant, Since: since, Now: now, TTL: g.o.LeaseTTL, Patience: g.o.Patience,
+		MaxWait: g.o.MaxWait}
 	if l.Budget <= 0 {
 		l.Budget = math.MaxInt32
 	}

@@ -52,6 +52,10 @@ type Lease struct {
 	// request in its class and tenant's order across replicas.
 	Tenant string
 	Since  time.Time
+	// MaxWait is each class's longest wait: a waiting request older than
+	// its class's MaxWait and Patience is gone (its Unwait was lost), and
+	// holds nothing back.
+	MaxWait [NumClasses]time.Duration
 	// The lease lives until Now+TTL unless released. Patience is how long
 	// a better class may have waited elsewhere before this one is refused.
 	Now           time.Time

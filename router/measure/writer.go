@@ -76,6 +76,11 @@ type Writer struct {
 	// OnFirstByte, when set, is called once, when the first body byte of a
 	// successful answer has been relayed.
 	OnFirstByte func()
+	// AfterFirstFlush, when set, is called once, after the first flush
+	// that follows the first body byte: for work that should not delay
+	// the client's first token (a store round trip).
+	AfterFirstFlush func()
+	flushed         bool // AfterFirstFlush was called
 	// StripUsageChunk, set before the answer starts, removes the usage
 	// chunk from a successful stream: the data event whose "choices" is
 	// empty and whose "usage" is an object, which the router asks for on
@@ -268,7 +273,14 @@ func (w *Writer) Finish() error {
 
 // FlushError flushes the wrapped writer, as http.ResponseController does.
 func (w *Writer) FlushError() error {
-	return http.NewResponseController(w.ResponseWriter).Flush()
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if !w.flushed && !w.first.IsZero() {
+		w.flushed = true
+		if w.AfterFirstFlush != nil {
+			w.AfterFirstFlush()
+		}
+	}
+	return err
 }
 
 // Flush implements http.Flusher.

@@ -139,3 +139,25 @@ func TestWriterCallsOnFirstByteOnce(t *testing.T) {
 	}
 	assert.Equal(t, 1, calls)
 }
+
+// AfterFirstFlush runs once, after the first token has been flushed to
+// the client, not before.
+func TestWriterCallsAfterFirstFlushOnceTheTokenIsOut(t *testing.T) {
+	rec := newFlushRecorder()
+	w := NewWriter(rec, time.Unix(100, 0), nil)
+	calls := 0
+	w.AfterFirstFlush = func() {
+		calls++
+		assert.Equal(t, []string{"", "data: {}\n\n"}, rec.flushes, "the first token was flushed before")
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	w.Flush()
+	assert.Zero(t, calls, "a flush of the headers alone")
+	for range 3 {
+		_, err := w.Write([]byte("data: {}\n\n"))
+		require.NoError(t, err)
+		assert.NoError(t, w.FlushError())
+	}
+	assert.Equal(t, 1, calls)
+}

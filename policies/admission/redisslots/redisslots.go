@@ -1,6 +1,7 @@
 package redisslots
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,13 +18,14 @@ import (
 // prompts (lease -> "tokens:until_ms"), KEYS[3] the wait set of the
 // request's class and tenant, KEYS[4..] the wait sets of the better
 // classes. ARGV: budget, lease, now_ms, expiry_ms, patience_cutoff_ms,
-// key_ttl_ms, max_prompt, prompt, prompt_until_ms, arrival_cutoff_ms.
+// key_ttl_ms, max_prompt, prompt, prompt_until_ms, arrival_cutoff_ms, then
+// per wait set the score below which its requests are gone.
 // Returns 1 when the lease was taken, 0 when the backend is full, 2 when
 // requests that came first wait elsewhere.
 const acquireScript = `
 local now = tonumber(ARGV[3])
 for i = 3, #KEYS do
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - tonumber(ARGV[6]))
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[8 + i])
   local cutoff = ARGV[5]
   if i == 3 then
     cutoff = ARGV[10]
@@ -111,12 +113,19 @@ func (s *Slots) waitingTenant(pool string, c admission.Class, tenant string) str
 
 // Acquire implements admission.Slots.
 func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
+	ms := l.Now.UnixMilli()
 	keys := make([]string, 3, 3+int(l.Class))
 	keys[0], keys[1], keys[2] = s.leases(l.Pool, l.Backend), s.prompts(l.Pool, l.Backend), s.waitingTenant(l.Pool, l.Class, l.Tenant)
+	// A request waits at most its class's MaxWait (the lease's TTL when
+	// none is given); one older is gone.
+	gone := func(c admission.Class) int64 {
+		return ms - cmp.Or(l.MaxWait[c], l.TTL).Milliseconds() - l.Patience.Milliseconds()
+	}
+	trims := []any{gone(l.Class)}
 	for c := admission.Class(0); c < l.Class; c++ {
 		keys = append(keys, s.waiting(l.Pool, c))
+		trims = append(trims, gone(c))
 	}
-	ms := l.Now.UnixMilli()
 	expiry := ms + l.TTL.Milliseconds()
 	until := expiry
 	if !l.PromptUntil.IsZero() {
@@ -126,9 +135,9 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 	if !l.Since.IsZero() {
 		since = l.Since.UnixMilli()
 	}
-	v, err := s.acquire.Run(ctx, s.client, keys, l.Budget, l.ID, ms, expiry,
-		ms-l.Patience.Milliseconds(), l.TTL.Milliseconds(), max(l.MaxPrompt, 0), max(l.Prompt, 0), until,
-		since-l.Patience.Milliseconds()).Int()
+	args := append([]any{l.Budget, l.ID, ms, expiry, ms - l.Patience.Milliseconds(), l.TTL.Milliseconds(),
+		max(l.MaxPrompt, 0), max(l.Prompt, 0), until, since - l.Patience.Milliseconds()}, trims...)
+	v, err := s.acquire.Run(ctx, s.client, keys, args...).Int()
 	switch {
 	case err != nil:
 		return admission.Full, fmt.Errorf("redisslots: acquire: %w", err)
@@ -188,6 +197,10 @@ func (s *Slots) Watch(ctx context.Context, room func(pool, backend string)) erro
 		return fmt.Errorf("redisslots: watch: %w", err)
 	}
 	ch := sub.Channel()
+	// Under load the messages come faster than the gates dispatch (each
+	// dispatch may be a round trip): what arrived meanwhile is taken
+	// together, once per backend.
+	seen := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -196,12 +209,31 @@ func (s *Slots) Watch(ctx context.Context, room func(pool, backend string)) erro
 			if !ok {
 				return nil
 			}
-			if pool, backend, ok := strings.Cut(m.Payload, "\x00"); ok {
-				room(pool, backend)
+			clear(seen)
+			seen[m.Payload] = true
+		drain:
+			for len(seen) < maxCoalesced {
+				select {
+				case m, ok := <-ch:
+					if !ok {
+						break drain
+					}
+					seen[m.Payload] = true
+				default:
+					break drain
+				}
+			}
+			for payload := range seen {
+				if pool, backend, ok := strings.Cut(payload, "\x00"); ok {
+					room(pool, backend)
+				}
 			}
 		}
 	}
 }
+
+// maxCoalesced bounds the backends one Watch wake-up covers.
+const maxCoalesced = 256
 
 // Wait implements admission.Slots.
 func (s *Slots) Wait(ctx context.Context, pool string, class admission.Class, tenant, id string, ttl time.Duration, since time.Time) error {

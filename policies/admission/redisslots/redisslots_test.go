@@ -157,3 +157,22 @@ func TestAnEarlierRequestOfTheSameTenantWaitingElsewhereGoesFirst(t *testing.T) 
 	require.NoError(t, s.Unwait(ctx, "m", admission.Flex, "acme", "w1"))
 	assert.Equal(t, admission.Granted, acquire(admission.Flex, "acme", "b", now.Add(100*time.Millisecond)), "the earlier one left")
 }
+
+// A waiting request whose Unwait was lost (its replica died) holds the
+// others back no longer than its class's longest wait, not the lease TTL.
+func TestALostWaitExpiresWithItsClassesWait(t *testing.T) {
+	s := newSlots(t)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	require.NoError(t, s.Wait(ctx, "m", admission.Priority, "", "lost", time.Hour, now))
+	at := func(d time.Duration) bool {
+		t.Helper()
+		l := lease(5, admission.Flex, "f"+d.String(), now.Add(d))
+		l.MaxWait[admission.Priority] = 5 * time.Second
+		ok, err := granted(s, l)
+		require.NoError(t, err)
+		return ok
+	}
+	assert.False(t, at(time.Second), "it may still be waiting")
+	assert.True(t, at(6*time.Second), "past priority's 5 s, it is gone")
+}

@@ -23,6 +23,14 @@ import (
 // tokens) and the budgets of three replicas.
 func replicaGate(t *testing.T, store admission.Slots, addr string) *admission.Gate {
 	t.Helper()
+	return sharedGate(t, store, addr, 10, 10*time.Millisecond, 100*time.Millisecond)
+}
+
+// sharedGate is one replica's gate over the backend at addr (measured at
+// 1,000 prefill tokens/s) in pool m of store, with a budget, a patience
+// and a prefill bound (0: none), for three replicas.
+func sharedGate(t *testing.T, store admission.Slots, addr string, budget int, patience, prefill time.Duration) *admission.Gate {
+	t.Helper()
 	e, err := backends.NewEndpoint(addr, 1)
 	require.NoError(t, err)
 	e.ObservePrefill(0, 1000, time.Second)
@@ -31,12 +39,43 @@ func replicaGate(t *testing.T, store admission.Slots, addr string) *admission.Ga
 	rr, err := roundrobin.New(nil)
 	require.NoError(t, err)
 	g, err := admission.NewGate(pool, rr, admission.Options{
-		Budget: func(*backends.Endpoint) int { return 10 },
+		Budget: func(*backends.Endpoint) int { return budget },
 		Shared: store, Pool: "m", Replicas: 3, LeaseTTL: time.Hour,
-		Patience: 10 * time.Millisecond, KVMax: -1, MaxPendingPrefill: 100 * time.Millisecond,
+		Patience: patience, KVMax: -1, MaxPendingPrefill: prefill,
 	})
 	require.NoError(t, err)
 	return g
+}
+
+type admitted struct {
+	t   *admission.Ticket
+	err error
+}
+
+// admitLater admits r through g in a goroutine, once it waits there.
+func admitLater(t *testing.T, g *admission.Gate, r admission.Request) <-chan admitted {
+	t.Helper()
+	before := g.Waiting()
+	ch := make(chan admitted, 1)
+	go func() {
+		tk, err := g.Admit(context.Background(), r)
+		ch <- admitted{tk, err}
+	}()
+	require.Eventually(t, func() bool { return g.Waiting() == before+1 }, 5*time.Second, time.Millisecond)
+	return ch
+}
+
+// boundSoon is the ticket ch brings within 5 s.
+func boundSoon(t *testing.T, ch <-chan admitted, when string) *admission.Ticket {
+	t.Helper()
+	select {
+	case a := <-ch:
+		require.NoError(t, a.err)
+		return a.t
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiting request was not bound " + when)
+	}
+	return nil
 }
 
 func stream(prompt int) admission.Request {
@@ -54,21 +93,9 @@ func TestReplicasHoldThePrefillBoundTogether(t *testing.T) {
 	ctx := context.Background()
 	first, err := gates[0].Admit(ctx, stream(500))
 	require.NoError(t, err, "an idle backend takes a prompt longer than the bound")
-	type admitted struct {
-		t   *admission.Ticket
-		err error
-	}
-	var waits []chan admitted
+	var waits []<-chan admitted
 	for _, g := range gates[1:] {
-		ch := make(chan admitted, 1)
-		go func() {
-			tk, err := g.Admit(ctx, stream(50))
-			ch <- admitted{tk, err}
-		}()
-		waits = append(waits, ch)
-	}
-	for _, g := range gates[1:] {
-		require.Eventually(t, func() bool { return g.Waiting() == 1 }, 5*time.Second, time.Millisecond)
+		waits = append(waits, admitLater(t, g, stream(50)))
 	}
 	time.Sleep(100 * time.Millisecond) // ten looks for room by each replica
 	for i, g := range gates[1:] {
@@ -81,13 +108,7 @@ func TestReplicasHoldThePrefillBoundTogether(t *testing.T) {
 	first.Prefilled() // its first token: 100 tokens of room over the replicas
 	var tickets []*admission.Ticket
 	for _, ch := range waits {
-		select {
-		case a := <-ch:
-			require.NoError(t, a.err)
-			tickets = append(tickets, a.t)
-		case <-time.After(5 * time.Second):
-			t.Fatal("a replica's request was not bound after the first token")
-		}
+		tickets = append(tickets, boundSoon(t, ch, "after the first token"))
 	}
 	pending, err = store.PendingPrompt(ctx, "m", addr)
 	require.NoError(t, err)
@@ -115,23 +136,9 @@ func TestReplicasHoldTheirShareOfThePrefillBoundWhileTheStoreFails(t *testing.T)
 	ctx := context.Background()
 	first, err := g.Admit(ctx, stream(50))
 	require.NoError(t, err, "a failed store call admits within this replica's share")
-	second := make(chan error, 1)
-	go func() {
-		tk, err := g.Admit(ctx, stream(10))
-		if err == nil {
-			tk.Release()
-		}
-		second <- err
-	}()
-	require.Eventually(t, func() bool { return g.Waiting() == 1 }, 5*time.Second, time.Millisecond,
-		"50 pending tokens are under the bound (100) but over this replica's share")
+	second := admitLater(t, g, stream(10)) // 50 pending tokens: under the bound (100), over this replica's share
 	first.Release()
-	select {
-	case err := <-second:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting request was not bound after the release")
-	}
+	boundSoon(t, second, "after the release").Release()
 }
 
 // closedAddr is a loopback address nothing listens on.
@@ -153,40 +160,13 @@ func closedAddr(t *testing.T) string {
 func TestAReleaseGoesToTheRequestWaitingLongestOnAnyReplica(t *testing.T) {
 	store := newSlots(t)
 	const addr = "http://10.0.0.2:8000"
-	newGate := func() *admission.Gate {
-		e, err := backends.NewEndpoint(addr, 1)
-		require.NoError(t, err)
-		pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-		require.NoError(t, err)
-		rr, err := roundrobin.New(nil)
-		require.NoError(t, err)
-		g, err := admission.NewGate(pool, rr, admission.Options{
-			Budget: func(*backends.Endpoint) int { return 1 },
-			Shared: store, Pool: "m", Replicas: 2, LeaseTTL: time.Hour, Patience: 10 * time.Millisecond, KVMax: -1,
-		})
-		require.NoError(t, err)
-		return g
-	}
-	a, b := newGate(), newGate()
+	a, b := sharedGate(t, store, addr, 1, 10*time.Millisecond, 0), sharedGate(t, store, addr, 1, 10*time.Millisecond, 0)
 	ctx := context.Background()
 	held, err := a.Admit(ctx, stream(10))
 	require.NoError(t, err)
-	type admitted struct {
-		t   *admission.Ticket
-		err error
-	}
-	admit := func(g *admission.Gate) chan admitted {
-		ch := make(chan admitted, 1)
-		go func() {
-			tk, err := g.Admit(ctx, stream(10))
-			ch <- admitted{tk, err}
-		}()
-		require.Eventually(t, func() bool { return g.Waiting() == 1 }, 5*time.Second, time.Millisecond)
-		return ch
-	}
-	early := admit(b)
+	early := admitLater(t, b, stream(10))
 	time.Sleep(50 * time.Millisecond) // five patiences
-	late := admit(a)
+	late := admitLater(t, a, stream(10))
 	held.Release() // a binds its own next request at once, unless told to wait its turn
 	var first admitted
 	select {
@@ -199,13 +179,7 @@ func TestAReleaseGoesToTheRequestWaitingLongestOnAnyReplica(t *testing.T) {
 	}
 	assert.Equal(t, 1, a.Waiting(), "the later request waits its turn")
 	first.t.Release()
-	select {
-	case r := <-late:
-		require.NoError(t, r.err)
-		r.t.Release()
-	case <-time.After(5 * time.Second):
-		t.Fatal("the later request was not bound after the earlier one's release")
-	}
+	boundSoon(t, late, "after the earlier one's release").Release()
 }
 
 // A release on one replica wakes the requests waiting on the others at
@@ -214,21 +188,7 @@ func TestAReleaseGoesToTheRequestWaitingLongestOnAnyReplica(t *testing.T) {
 func TestAReleaseWakesTheOtherReplicasAtOnce(t *testing.T) {
 	store := newSlots(t)
 	const addr = "http://10.0.0.3:8000"
-	newGate := func() *admission.Gate {
-		e, err := backends.NewEndpoint(addr, 1)
-		require.NoError(t, err)
-		pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-		require.NoError(t, err)
-		rr, err := roundrobin.New(nil)
-		require.NoError(t, err)
-		g, err := admission.NewGate(pool, rr, admission.Options{
-			Budget: func(*backends.Endpoint) int { return 1 },
-			Shared: store, Pool: "m", Replicas: 2, LeaseTTL: time.Hour, Patience: time.Hour, KVMax: -1,
-		})
-		require.NoError(t, err)
-		return g
-	}
-	a, b := newGate(), newGate()
+	a, b := sharedGate(t, store, addr, 1, time.Hour, 0), sharedGate(t, store, addr, 1, time.Hour, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	probed := make(chan struct{}, 1)
 	var watching sync.WaitGroup
@@ -262,20 +222,7 @@ func TestAReleaseWakesTheOtherReplicasAtOnce(t *testing.T) {
 
 	held, err := a.Admit(ctx, stream(10))
 	require.NoError(t, err)
-	woken := make(chan error, 1)
-	go func() {
-		tk, err := b.Admit(ctx, stream(10))
-		if err == nil {
-			tk.Release()
-		}
-		woken <- err
-	}()
-	require.Eventually(t, func() bool { return b.Waiting() == 1 }, 5*time.Second, time.Millisecond)
+	woken := admitLater(t, b, stream(10))
 	held.Release()
-	select {
-	case err := <-woken:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the request waiting on the other replica was not woken by the release")
-	}
+	boundSoon(t, woken, "by the release on the other replica").Release()
 }
