@@ -205,7 +205,8 @@ type Admission struct {
 	// MaxPendingPrefill: a backend with other requests in flight takes no
 	// more while the prompt tokens sent it
 	// that are not yet past their first token would take at least this at
-	// its measured prefill rate (no bound before the first measurement).
+	// its measured prefill rate (one prompt at a time before the first
+	// measurement).
 	// The same bound as max_pending_prompt_tokens in time, so one value
 	// fits backends of different speeds. With limits.redis_url the
 	// replicas hold it together (each lease in Redis carries its prompt

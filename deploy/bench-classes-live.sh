@@ -24,7 +24,8 @@
 # instead of the simulator's) PENDING_PREFILL= (admission.max_pending_prefill,
 # and simulate's --max-pending-prefill, e.g. 50ms; empty: off)
 # REPLICAS=1 REDIS_URL=redis://127.0.0.1:6379/0 RUNS="light over over-noadm"
-# BASE_PORT=19600 BIN=bin KEEP=1 (keep the run's files)
+# BASE_PORT=19600 BIN=bin KEEP=1 (keep the run's files, with each load's
+# per-request outcomes, NAME-outcomes.csv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=deploy/lib.sh
@@ -134,7 +135,7 @@ run() { # name, admission on|off, load[, extra load and simulate flags]
 	[ "$tenants" = yes ] && keys=(--api-keys "$(tenant_keys)")
 	"$BIN/sluice-bench" load --target "$(IFS=,; echo "${targets[*]}")" --model "$MODEL" --fleet "$FLEET" --load "$load" \
 		--requests "$REQUESTS" --duration 24h "${shares[@]}" "${keys[@]}" --stream --quiet --seed 2 --time-scale "$SPEEDUP" \
-		--json "$tmp/$name.json" >/dev/null
+		--json "$tmp/$name.json" --outcomes "$tmp/$name-outcomes.csv" >/dev/null
 	"$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$load" "${shares[@]}" --seed 2 \
 		--policy default $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET" \
 			${PENDING_PREFILL:+--max-pending-prefill "$PENDING_PREFILL"}) \

@@ -77,7 +77,8 @@ type Admission struct {
 	// rate the router measured for it (backends.Endpoint's
 	// PrefillTokensPerSec, from times to first token: under load below
 	// the profile's, since a step's decode work shares it), as the live
-	// gate does; no bound before the first measurement. Zero turns it off.
+	// gate does; one prompt at a time before the first measurement. Zero
+	// turns it off.
 	PendingPrefill time.Duration
 	// MaxDetour keeps a prompt off a worker where it would wait much
 	// longer for its first token than on another: a worker takes the next
@@ -644,7 +645,9 @@ func (g *gate) hasRoom(w int, batch bool) bool {
 		return false
 	}
 	if g.pendingPrefill > 0 && n > 0 {
-		if r := g.measuredPrefill(w); r > 0 && float64(g.pending[w]) >= r*g.pendingPrefill {
+		// One prompt at a time before the first measurement, as the live
+		// gate (admission.Gate).
+		if p := float64(g.pending[w]); p >= g.measuredPrefill(w)*g.pendingPrefill && p > 0 {
 			return false
 		}
 	}

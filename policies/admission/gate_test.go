@@ -289,14 +289,17 @@ func TestGateHoldsRequestsFromALongPrefillBacklogInTime(t *testing.T) {
 	})
 	ctx := context.Background()
 
-	// Before the endpoint's prefill rate is measured there is no bound.
+	// Before the endpoint's prefill rate is measured, one prompt at a time.
 	first, err := g.Admit(ctx, req(admission.Default, "x"))
 	require.NoError(t, err)
 	unmeasured := e.Start(5000, 5100)
-	second, err := g.Admit(ctx, req(admission.Default, "x"))
-	require.NoError(t, err, "no measured rate: the 5,000 pending tokens hold nothing back")
-	unmeasured.FirstToken(5 * time.Second) // 1,000 prompt tokens/s: the bound is 100 tokens
+	waiting := queued(t, g, ctx, req(admission.Default, "x")) // a prompt is pending, of unknown length in time
+	unmeasured.FirstToken(5 * time.Second)                    // 1,000 prompt tokens/s: the bound is 100 tokens
 	require.InDelta(t, 1000, e.PrefillTokensPerSec(), 1)
+	first.Prefilled()
+	r2 := <-waiting
+	require.NoError(t, r2.err, "nothing pending any more")
+	second := r2.t
 
 	small := e.Start(99, 100)
 	third, err := g.Admit(ctx, req(admission.Default, "x"))
