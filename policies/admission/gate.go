@@ -33,6 +33,11 @@ func (e *ShedError) Error() string {
 // ErrNoRoom is Rebind's answer when no other endpoint has room.
 var ErrNoRoom = errors.New("admission: no other endpoint has room")
 
+// errBehind is bindLocked's answer when the shared store holds the request
+// back behind requests of its class and tenant that came first and wait on
+// other replicas (Behind): not the endpoints' doing.
+var errBehind = fmt.Errorf("%w: requests that came first wait on other replicas", ErrNoRoom)
+
 // Options configures a Gate. Zero fields mean the documented defaults.
 type Options struct {
 	// Budget is how many requests an endpoint may have in flight through
@@ -446,7 +451,7 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 				return nil, "", ErrNoRoom
 			}
 		case grant == Behind: // not the endpoint's doing: this request waits its turn
-			return nil, "", ErrNoRoom
+			return nil, "", errBehind
 		case grant != Granted:
 			g.full[ep] = now.Add(g.o.Patience)
 			return nil, "", ErrNoRoom
@@ -617,10 +622,17 @@ func (g *Gate) dispatchLocked() {
 	if len(g.rebinds) > 0 {
 		g.bindRebindsLocked()
 	}
+	// Tenants whose next request waits its turn behind theirs on other
+	// replicas (errBehind): the requests of other tenants go meanwhile.
+	// Stopping there, as at a full endpoint, let two replicas wait on each
+	// other (one's next request behind the other's, and the other's behind
+	// the first's): with two tenants on three replicas the queues stalled
+	// until requests were shed.
+	var behind map[*lane]bool
 	for {
 		var w *waiter
-		if g.q.Len() > 0 {
-			w = g.q.Peek().Value.(*waiter)
+		if it := g.q.peekSkipping(behind); it != nil {
+			w = it.Value.(*waiter)
 		}
 		if len(g.aside) > 0 && (w == nil || w.r.Class >= Flex) && g.bindAsideLocked() {
 			continue
@@ -629,10 +641,17 @@ func (g *Gate) dispatchLocked() {
 			return
 		}
 		ep, lease, err := g.bindLocked(context.Background(), &w.r, w.since, nil)
+		if errors.Is(err, errBehind) {
+			if behind == nil {
+				behind = map[*lane]bool{}
+			}
+			behind[w.item.lane] = true
+			continue
+		}
 		if errors.Is(err, ErrNoRoom) && w.r.Batch && len(g.aside) < MaxBatchAside && g.batchRoomLocked() {
 			// Some endpoint takes batch requests, not this prompt: let
 			// the requests behind it try.
-			g.q.Pop()
+			g.q.take(&w.item)
 			w.aside = true
 			g.aside = append(g.aside, w)
 			continue
@@ -640,7 +659,7 @@ func (g *Gate) dispatchLocked() {
 		if errors.Is(err, ErrNoRoom) || errors.Is(err, policies.ErrNoEndpoint) {
 			return // wait for the next release (or the waiter's own deadline)
 		}
-		g.q.Pop()
+		g.q.take(&w.item)
 		w.ready <- result{ep: ep, lease: lease, err: err}
 	}
 }

@@ -549,3 +549,47 @@ func TestBatchLineTooLongForNowIsSetAside(t *testing.T) {
 	got2.t.Release()
 	assert.Zero(t, g.Waiting())
 }
+
+// behindSlots is a shared store that holds tenant behind's requests back
+// (Behind) and grants every other lease.
+type behindSlots struct{ behind string }
+
+func (s behindSlots) Acquire(_ context.Context, l admission.Lease) (admission.Grant, error) {
+	if l.Tenant == s.behind {
+		return admission.Behind, nil
+	}
+	return admission.Granted, nil
+}
+func (behindSlots) Release(context.Context, string, string, string) error   { return nil }
+func (behindSlots) Prefilled(context.Context, string, string, string) error { return nil }
+func (behindSlots) Wait(context.Context, string, admission.Class, string, string, time.Duration, time.Time) error {
+	return nil
+}
+func (behindSlots) Unwait(context.Context, string, admission.Class, string, string) error { return nil }
+
+// A request held behind its tenant's earlier ones on other replicas does
+// not hold up the other tenants' requests queued behind it here: stopping
+// at it let two replicas wait on each other (live, two tenants on three
+// replicas stalled until requests were shed: 438 of the heavy tenant's).
+func TestGateRequestsBehindOtherReplicasDoNotBlockOtherTenants(t *testing.T) {
+	g, e := oneEndpointGate(t, admission.Options{
+		Budget: func(*backends.Endpoint) int { return 10 },
+		Shared: behindSlots{behind: "light"}, Pool: "m", Patience: time.Hour, KVMax: -1,
+	})
+	ctx := context.Background()
+	hctx, cancel := context.WithCancel(ctx)
+	held := queued(t, g, hctx, req(admission.Default, "light"))
+	other := queued(t, g, ctx, req(admission.Default, "heavy"))
+	g.Room(e.Address()) // a release elsewhere
+	select {
+	case r := <-other:
+		require.NoError(t, r.err)
+		assert.Same(t, e, r.t.Endpoint())
+		r.t.Release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the heavy tenant's request waited behind the light tenant's, held for other replicas")
+	}
+	assert.Equal(t, 1, g.Waiting(), "the light tenant's request still waits its turn")
+	cancel()
+	assert.ErrorIs(t, (<-held).err, context.Canceled, "it was not bound while held behind")
+}

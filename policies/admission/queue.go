@@ -121,14 +121,18 @@ func worse(a, b *Item) bool {
 }
 
 // Peek returns the item that goes next, or nil.
-func (q *Queue) Peek() *Item {
+func (q *Queue) Peek() *Item { return q.peekSkipping(nil) }
+
+// peekSkipping is Peek over the lanes (a class, tier priority and
+// tenant's requests) not in skip.
+func (q *Queue) peekSkipping(skip map[*lane]bool) *Item {
 	for _, lv := range q.levels {
 		if lv.n == 0 {
 			continue
 		}
 		var best *lane
 		for _, ln := range lv.lanes {
-			if ln.len() == 0 {
+			if ln.len() == 0 || skip[ln] {
 				continue
 			}
 			if best == nil || lv.served[ln.tenant] < lv.served[best.tenant] ||
@@ -136,7 +140,9 @@ func (q *Queue) Peek() *Item {
 				best = ln
 			}
 		}
-		return best.front()
+		if best != nil {
+			return best.front()
+		}
 	}
 	return nil
 }
@@ -148,6 +154,13 @@ func (q *Queue) Pop() *Item {
 	if it == nil {
 		return nil
 	}
+	q.take(it)
+	return it
+}
+
+// take removes it, which is in the queue, and counts its tokens as served
+// to its tenant.
+func (q *Queue) take(it *Item) {
 	q.Remove(it)
 	w := it.Weight
 	if w < 1 {
@@ -156,7 +169,6 @@ func (q *Queue) Pop() *Item {
 	lv := q.level(it.Class, it.TierPriority)
 	lv.vtime = max(lv.vtime, lv.served[it.Tenant])
 	lv.served[it.Tenant] += float64(it.Tokens) / w
-	return it
 }
 
 // Remove takes it out of the queue (a client that left, a shed request);
