@@ -303,17 +303,10 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 		case res = <-w.ready:
 			waiting = false
 		case <-poll:
-			if g.pollDue() {
-				g.mu.Lock()
-				g.dispatchLocked()
-				g.mu.Unlock()
-			}
+			g.poll()
 		case <-ctx.Done():
 			if res, ok := g.leave(w); ok && res.ep != nil {
-				g.mu.Lock()
-				g.startedLocked(res.ep, promptOf(r.Routing)) // it will not run
-				g.mu.Unlock()
-				g.release(res.ep, res.lease, r.Batch) // bound as the client left: give the slot back
+				g.unbind(res, &r) // bound as the client left: give the slot back
 			}
 			return nil, ctx.Err()
 		case <-timer.C:
@@ -331,6 +324,23 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	g.admitted(r.Class, waited)
 	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, tenant: r.Tenant, batch: r.Batch, waited: waited,
 		prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
+}
+
+// poll is a waiter's look for room: a dispatch, when one is due.
+func (g *Gate) poll() {
+	if g.pollDue() {
+		g.mu.Lock()
+		g.dispatchLocked()
+		g.mu.Unlock()
+	}
+}
+
+// unbind gives back res, a binding of r that will not run.
+func (g *Gate) unbind(res result, r *Request) {
+	g.mu.Lock()
+	g.startedLocked(res.ep, promptOf(r.Routing))
+	g.mu.Unlock()
+	g.release(res.ep, res.lease, r.Batch)
 }
 
 // pollDue reports whether a waiter's poll should dispatch: at most one
@@ -849,17 +859,10 @@ func (g *Gate) awaitRebind(ctx context.Context, rb *rebinder) (result, error) {
 		case res := <-rb.ready:
 			return res, res.err
 		case <-tick.C:
-			if g.pollDue() {
-				g.mu.Lock()
-				g.dispatchLocked()
-				g.mu.Unlock()
-			}
+			g.poll()
 		case <-ctx.Done():
 			if res, ok := g.leaveRebind(rb); ok && res.ep != nil {
-				g.mu.Lock()
-				g.startedLocked(res.ep, promptOf(rb.r.Routing)) // it will not run
-				g.mu.Unlock()
-				g.release(res.ep, res.lease, rb.r.Batch)
+				g.unbind(res, &rb.r)
 			}
 			return result{}, ctx.Err()
 		case <-timer.C:
