@@ -219,6 +219,7 @@ type Ticket struct {
 	lease    string // in the shared store; "" when none was taken
 	class    Class
 	tenant   string
+	since    time.Time // when the request arrived
 	batch    bool
 	waited   time.Duration
 	released bool
@@ -266,7 +267,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 				return nil, err
 			}
 			g.admitted(r.Class, 0)
-			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class, tenant: r.Tenant, batch: r.Batch, prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
+			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class, tenant: r.Tenant, since: start, batch: r.Batch, prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
 		}
 	}
 	w := &waiter{r: r, since: start, ready: make(chan result, 1)}
@@ -322,7 +323,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	}
 	waited := g.now().Sub(start)
 	g.admitted(r.Class, waited)
-	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, tenant: r.Tenant, batch: r.Batch, waited: waited,
+	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, tenant: r.Tenant, since: start, batch: r.Batch, waited: waited,
 		prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
 }
 
@@ -813,7 +814,8 @@ func (t *Ticket) Prefilled() {
 func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude []*backends.Endpoint) error {
 	g := t.g
 	g.mu.Lock()
-	rb := &rebinder{r: Request{Class: t.class, Tenant: t.tenant, Batch: t.batch, Routing: routing}, since: g.now(), exclude: exclude}
+	// Its place in its tenant's order across replicas is its arrival's.
+	rb := &rebinder{r: Request{Class: t.class, Tenant: t.tenant, Batch: t.batch, Routing: routing}, since: t.since, exclude: exclude}
 	ep, lease, err := g.bindLocked(ctx, &rb.r, rb.since, exclude)
 	if errors.Is(err, ErrNoRoom) && g.outsideLocked(exclude) {
 		rb.ready = make(chan result, 1)
