@@ -64,8 +64,9 @@ type Options struct {
 	// requests in flight through this gate has no room while its prompt
 	// tokens not yet past their first token would take at least this at
 	// its measured prefill rate (PrefillTokensPerSec; before the first
-	// measurement, while any prompt is pending there: one at a time). With Shared the replicas hold it together: each
-	// lease carries its prompt until the first token (Ticket.Prefilled),
+	// measurement, while any prompt is pending there: one at a time).
+	// With Shared the replicas hold it together: each lease carries its
+	// prompt until the first token (Ticket.Prefilled),
 	// and the store refuses a lease while the backend's add up to the
 	// bound. Without Shared, or while the store fails, each of Replicas
 	// replicas counts only its own prompts and holds to its share, the
@@ -479,9 +480,9 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 }
 
 // lease is the shared store's lease for r, which arrived at since, bound
-// to ep, whose budget is b: with MaxPendingPrefill it carries the prompt and the
-// bound in tokens at ep's measured prefill rate (none before the first
-// measurement). An answer that comes whole has no first token to end its
+// to ep, whose budget is b: with MaxPendingPrefill it carries the prompt
+// and the bound in tokens at ep's measured prefill rate (one prompt before
+// the first measurement). An answer that comes whole has no first token to end its
 // prompt's count, which then lasts as long as its prefill is expected to
 // take there, as backends.Endpoint.StartWhole's does.
 func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.Time) Lease {
