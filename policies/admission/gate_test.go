@@ -323,17 +323,26 @@ func TestGateHoldsRequestsFromALongPrefillBacklogInTime(t *testing.T) {
 	}
 }
 
-// With Replicas, each replica holds to its share of the time bound: of
-// three, 100 ms at 1,000 tokens/s is 33 tokens here.
-func TestGatePrefillBoundIsSharedBetweenReplicas(t *testing.T) {
+// prefillGate is a gate over one endpoint measured at 1,000 prefill
+// tokens/s, with a prefill bound of 100 ms (100 tokens) split between
+// replicas, a budget of 10 and no looks for room (Patience an hour).
+func prefillGate(t *testing.T, replicas int) (*admission.Gate, *backends.Endpoint) {
+	t.Helper()
 	g, e := oneEndpointGate(t, admission.Options{
 		Budget:            func(*backends.Endpoint) int { return 10 },
 		Patience:          time.Hour,
 		KVMax:             -1,
-		Replicas:          3,
+		Replicas:          replicas,
 		MaxPendingPrefill: 100 * time.Millisecond,
 	})
 	e.ObservePrefill(0, 1000, time.Second)
+	return g, e
+}
+
+// With Replicas, each replica holds to its share of the time bound: of
+// three, 100 ms at 1,000 tokens/s is 33 tokens here.
+func TestGatePrefillBoundIsSharedBetweenReplicas(t *testing.T) {
+	g, e := prefillGate(t, 3)
 	ctx := context.Background()
 	first, err := g.Admit(ctx, req(admission.Default, "x"))
 	require.NoError(t, err)
@@ -351,13 +360,7 @@ func TestGatePrefillBoundIsSharedBetweenReplicas(t *testing.T) {
 // A ticket's Prefilled binds a request waiting for prefill room at once,
 // not at its next look (an hour away here).
 func TestGatePrefilledBindsTheNextAtOnce(t *testing.T) {
-	g, e := oneEndpointGate(t, admission.Options{
-		Budget:            func(*backends.Endpoint) int { return 10 },
-		Patience:          time.Hour,
-		KVMax:             -1,
-		MaxPendingPrefill: 100 * time.Millisecond,
-	})
-	e.ObservePrefill(0, 1000, time.Second) // 1,000 tokens/s: the bound is 100 tokens
+	g, e := prefillGate(t, 1) // the bound is 100 tokens
 	ctx := context.Background()
 	first, err := g.Admit(ctx, req(admission.Default, "x"))
 	require.NoError(t, err)
@@ -382,13 +385,7 @@ func TestGatePrefilledBindsTheNextAtOnce(t *testing.T) {
 // burst dispatched at once fills it as the prompts are bound, not only as
 // their attempts start.
 func TestGateCountsBoundPromptsBeforeTheyStart(t *testing.T) {
-	g, e := oneEndpointGate(t, admission.Options{
-		Budget:            func(*backends.Endpoint) int { return 10 },
-		Patience:          time.Hour,
-		KVMax:             -1,
-		MaxPendingPrefill: 100 * time.Millisecond,
-	})
-	e.ObservePrefill(0, 1000, time.Second) // the bound is 100 tokens
+	g, e := prefillGate(t, 1) // the bound is 100 tokens
 	prompt := func(n int) admission.Request {
 		r := req(admission.Default, "x")
 		r.Routing = &policies.Request{Model: "m", PromptTokens: n}
