@@ -50,12 +50,12 @@ func (s *timedSlots) Release(ctx context.Context, pool, backend, lease string) e
 	return s.next.Release(ctx, pool, backend, lease)
 }
 
-func (s *timedSlots) Wait(ctx context.Context, pool string, class admission.Class, tenant, id string, ttl time.Duration, at time.Time) error {
+func (s *timedSlots) Wait(ctx context.Context, pool string, w admission.Waiting) error {
 	defer since(s.wait, time.Now())
-	return s.next.Wait(ctx, pool, class, tenant, id, ttl, at)
+	return s.next.Wait(ctx, pool, w)
 }
 
-func (s *timedSlots) Unwait(ctx context.Context, pool string, class admission.Class, tenant, id string) error {
+func (s *timedSlots) Unwait(ctx context.Context, pool string, w admission.Waiting) error {
 	defer since(s.unwait, time.Now())
-	return s.next.Unwait(ctx, pool, class, tenant, id)
+	return s.next.Unwait(ctx, pool, w)
 }

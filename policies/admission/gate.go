@@ -284,10 +284,9 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	}
 	if g.o.Shared != nil {
 		id := g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
-		g.shared(func(ctx context.Context) error {
-			return g.o.Shared.Wait(ctx, g.o.Pool, r.Class, r.Tenant, id, g.o.MaxWait[r.Class]+g.o.Patience, start)
-		})
-		defer g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, r.Class, r.Tenant, id) })
+		wt := Waiting{Class: r.Class, TierPriority: r.TierPriority, Tenant: r.Tenant, ID: id, Since: start, TTL: g.o.MaxWait[r.Class] + g.o.Patience}
+		g.shared(func(ctx context.Context) error { return g.o.Shared.Wait(ctx, g.o.Pool, wt) })
+		defer g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, wt) })
 	}
 	timer := time.NewTimer(g.o.MaxWait[r.Class])
 	defer timer.Stop()
@@ -488,8 +487,8 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.Time) Lease {
 	routing := r.Routing
 	l := Lease{Pool: g.o.Pool, Backend: ep.Address(), ID: g.prefix + strconv.FormatUint(g.seq.Add(1), 36),
-		Budget: b, Class: r.Class, Tenant: r.Tenant, Since: since, Now: now, TTL: g.o.LeaseTTL, Patience: g.o.Patience,
-		MaxWait: g.o.MaxWait}
+		Budget: b, Class: r.Class, Tenant: r.Tenant, Since: since, TierPriority: r.TierPriority, Cost: float64(r.Tokens) / max(r.Weight, 1),
+		Now: now, TTL: g.o.LeaseTTL, Patience: g.o.Patience, MaxWait: g.o.MaxWait}
 	if l.Budget <= 0 {
 		l.Budget = math.MaxInt32
 	}

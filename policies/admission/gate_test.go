@@ -559,10 +559,8 @@ func (s behindSlots) Acquire(_ context.Context, l admission.Lease) (admission.Gr
 }
 func (behindSlots) Release(context.Context, string, string, string) error   { return nil }
 func (behindSlots) Prefilled(context.Context, string, string, string) error { return nil }
-func (behindSlots) Wait(context.Context, string, admission.Class, string, string, time.Duration, time.Time) error {
-	return nil
-}
-func (behindSlots) Unwait(context.Context, string, admission.Class, string, string) error { return nil }
+func (behindSlots) Wait(context.Context, string, admission.Waiting) error   { return nil }
+func (behindSlots) Unwait(context.Context, string, admission.Waiting) error { return nil }
 
 // A request held behind its tenant's earlier ones on other replicas does
 // not hold up the other tenants' requests queued behind it here: stopping

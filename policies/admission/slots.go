@@ -6,28 +6,40 @@ import (
 )
 
 // Slots shares admission across router replicas: one budget of requests in
-// flight per backend, one order (between classes, and by arrival within a
-// class and tenant) and, when a lease carries a prompt, one bound on the
-// prompt tokens waiting for prefill there. A Gate without Slots admits on
-// its own counts (one replica).
+// flight per backend, one order (between classes; between the tenants of a
+// class and tier priority, by the weighted tokens each was served; by
+// arrival within a tenant) and, when a lease carries a prompt, one bound
+// on the prompt tokens waiting for prefill there. A Gate without Slots
+// admits on its own counts (one replica).
 type Slots interface {
 	// Acquire takes the lease l describes, in one round trip: a slot on
 	// l.Backend when fewer than l.Budget live leases hold it and (with
 	// l.MaxPrompt) the backend's pending prompts are under the bound
 	// (else Full), and no request waits (Wait) on any replica that is of a
 	// better class and has waited longer than l.Patience, or of the same
-	// class and tenant and arrived more than l.Patience before l.Since
-	// (else Behind).
+	// class and tenant and arrived more than l.Patience before l.Since, or
+	// (with l.Cost) of the same class and tier priority and a tenant
+	// served fewer weighted tokens there than l.Tenant (else Behind). A
+	// granted lease counts l.Cost as served to l.Tenant.
 	Acquire(ctx context.Context, l Lease) (Grant, error)
 	// Release frees a lease (and its pending prompt).
 	Release(ctx context.Context, pool, backend, lease string) error
 	// Prefilled ends a lease's pending prompt: its request has its first
 	// token.
 	Prefilled(ctx context.Context, pool, backend, lease string) error
-	// Wait records that request id of class and tenant waits on pool since
-	// since (kept at most ttl); Unwait removes it.
-	Wait(ctx context.Context, pool string, class Class, tenant, id string, ttl time.Duration, since time.Time) error
-	Unwait(ctx context.Context, pool string, class Class, tenant, id string) error
+	// Wait records that w waits on pool; Unwait removes it.
+	Wait(ctx context.Context, pool string, w Waiting) error
+	Unwait(ctx context.Context, pool string, w Waiting) error
+}
+
+// Waiting is a request waiting on a replica, as Slots.Wait records it.
+type Waiting struct {
+	Class        Class
+	TierPriority int
+	Tenant, ID   string
+	// Since is when the request arrived; the record lasts at most TTL.
+	Since time.Time
+	TTL   time.Duration
 }
 
 // Grant is Acquire's answer.
@@ -52,6 +64,14 @@ type Lease struct {
 	// request in its class and tenant's order across replicas.
 	Tenant string
 	Since  time.Time
+	// TierPriority and Cost (the request's tokens over its tenant's
+	// weight, as the Queue counts them) place the tenant in the fair order
+	// between the tenants of its class and tier priority across replicas:
+	// the least served waiting tenant goes first, one back from idle
+	// starting level with where service had got to, as in the Queue. A
+	// lease without a Cost (a retry's, admitted already) is not compared.
+	TierPriority int
+	Cost         float64
 	// MaxWait is each class's longest wait: a waiting request older than
 	// its class's MaxWait and Patience is gone (its Unwait was lost), and
 	// holds nothing back.

@@ -16,22 +16,45 @@ import (
 
 // acquireScript: KEYS[1] the backend's lease set, KEYS[2] its pending
 // prompts (lease -> "tokens:until_ms"), KEYS[3] the wait set of the
-// request's class and tenant, KEYS[4..] the wait sets of the better
+// request's class and tenant, KEYS[4] the set of tenants that may have
+// requests waiting at the request's class and tier priority, KEYS[5] the
+// weighted tokens served there per tenant (field "\0v": the virtual time,
+// where service had got to), KEYS[6..] the wait sets of the better
 // classes. ARGV: budget, lease, now_ms, expiry_ms, patience_cutoff_ms,
-// key_ttl_ms, max_prompt, prompt, prompt_until_ms, arrival_cutoff_ms, then
-// per wait set the score below which its requests are gone.
+// key_ttl_ms, max_prompt, prompt, prompt_until_ms, arrival_cutoff_ms,
+// tenant, cost, the prefix of the class's tenant wait sets, the score
+// below which the class's waiting requests are gone, then per better
+// class's wait set the same.
 // Returns 1 when the lease was taken, 0 when the backend is full, 2 when
-// requests that came first wait elsewhere.
+// requests that go first wait elsewhere.
 const acquireScript = `
 local now = tonumber(ARGV[3])
-for i = 3, #KEYS do
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[8 + i])
-  local cutoff = ARGV[5]
-  if i == 3 then
-    cutoff = ARGV[10]
-  end
-  if redis.call('ZCOUNT', KEYS[i], '-inf', cutoff) > 0 then
+for i = 6, #KEYS do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[9 + i])
+  if redis.call('ZCOUNT', KEYS[i], '-inf', ARGV[5]) > 0 then
     return 2
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[14])
+if redis.call('ZCOUNT', KEYS[3], '-inf', ARGV[10]) > 0 then
+  return 2
+end
+local vt = tonumber(redis.call('HGET', KEYS[5], '\0v') or '0')
+local function served(t)
+  return math.max(tonumber(redis.call('HGET', KEYS[5], t) or '0'), vt)
+end
+local mine = served(ARGV[11])
+local cost = tonumber(ARGV[12])
+if cost > 0 then
+  for _, t in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+    if t ~= ARGV[11] and served(t) < mine then
+      local k = ARGV[13] .. t
+      redis.call('ZREMRANGEBYSCORE', k, '-inf', '(' .. ARGV[14])
+      if redis.call('ZCARD', k) > 0 then
+        return 2
+      end
+      redis.call('SREM', KEYS[4], t)
+    end
   end
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -67,6 +90,10 @@ redis.call('PEXPIRE', KEYS[1], ARGV[6])
 if maxp > 0 and tonumber(ARGV[8]) > 0 then
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[8] .. ':' .. ARGV[9])
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
+end
+if cost > 0 then
+  redis.call('HSET', KEYS[5], '\0v', string.format('%.17g', mine), ARGV[11], string.format('%.17g', mine + cost))
+  redis.call('PEXPIRE', KEYS[5], ARGV[6])
 end
 return 1
 `
@@ -111,17 +138,30 @@ func (s *Slots) waitingTenant(pool string, c admission.Class, tenant string) str
 	return s.prefix + ":adm:{" + pool + "}:wait:" + c.String() + ":t:" + tenant
 }
 
+// tenantsWaiting is the set of tenants that may have requests waiting at
+// class c and tier priority p (Acquire drops those found with none).
+func (s *Slots) tenantsWaiting(pool string, c admission.Class, p int) string {
+	return s.prefix + ":adm:{" + pool + "}:tenants:" + c.String() + ":" + strconv.Itoa(p)
+}
+
+// served is the weighted tokens served per tenant at class c and tier
+// priority p, and the virtual time there.
+func (s *Slots) served(pool string, c admission.Class, p int) string {
+	return s.prefix + ":adm:{" + pool + "}:served:" + c.String() + ":" + strconv.Itoa(p)
+}
+
 // Acquire implements admission.Slots.
 func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
 	ms := l.Now.UnixMilli()
-	keys := make([]string, 3, 3+int(l.Class))
+	keys := make([]string, 5, 5+int(l.Class))
 	keys[0], keys[1], keys[2] = s.leases(l.Pool, l.Backend), s.prompts(l.Pool, l.Backend), s.waitingTenant(l.Pool, l.Class, l.Tenant)
+	keys[3], keys[4] = s.tenantsWaiting(l.Pool, l.Class, l.TierPriority), s.served(l.Pool, l.Class, l.TierPriority)
 	// A request waits at most its class's MaxWait (the lease's TTL when
 	// none is given); one older is gone.
 	gone := func(c admission.Class) int64 {
 		return ms - cmp.Or(l.MaxWait[c], l.TTL).Milliseconds() - l.Patience.Milliseconds()
 	}
-	trims := []any{gone(l.Class)}
+	var trims []any
 	for c := admission.Class(0); c < l.Class; c++ {
 		keys = append(keys, s.waiting(l.Pool, c))
 		trims = append(trims, gone(c))
@@ -136,7 +176,8 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 		since = l.Since.UnixMilli()
 	}
 	args := append([]any{l.Budget, l.ID, ms, expiry, ms - l.Patience.Milliseconds(), l.TTL.Milliseconds(),
-		max(l.MaxPrompt, 0), max(l.Prompt, 0), until, since - l.Patience.Milliseconds()}, trims...)
+		max(l.MaxPrompt, 0), max(l.Prompt, 0), until, since - l.Patience.Milliseconds(),
+		l.Tenant, strconv.FormatFloat(max(l.Cost, 0), 'g', -1, 64), s.waitingTenant(l.Pool, l.Class, ""), gone(l.Class)}, trims...)
 	v, err := s.acquire.Run(ctx, s.client, keys, args...).Int()
 	switch {
 	case err != nil:
@@ -236,12 +277,15 @@ func (s *Slots) Watch(ctx context.Context, room func(pool, backend string)) erro
 const maxCoalesced = 256
 
 // Wait implements admission.Slots.
-func (s *Slots) Wait(ctx context.Context, pool string, class admission.Class, tenant, id string, ttl time.Duration, since time.Time) error {
+func (s *Slots) Wait(ctx context.Context, pool string, w admission.Waiting) error {
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, key := range [...]string{s.waiting(pool, class), s.waitingTenant(pool, class, tenant)} {
-			p.ZAdd(ctx, key, redis.Z{Score: float64(since.UnixMilli()), Member: id})
-			p.PExpire(ctx, key, ttl)
+		for _, key := range [...]string{s.waiting(pool, w.Class), s.waitingTenant(pool, w.Class, w.Tenant)} {
+			p.ZAdd(ctx, key, redis.Z{Score: float64(w.Since.UnixMilli()), Member: w.ID})
+			p.PExpire(ctx, key, w.TTL)
 		}
+		key := s.tenantsWaiting(pool, w.Class, w.TierPriority)
+		p.SAdd(ctx, key, w.Tenant)
+		p.PExpire(ctx, key, w.TTL)
 		return nil
 	})
 	if err != nil {
@@ -251,10 +295,10 @@ func (s *Slots) Wait(ctx context.Context, pool string, class admission.Class, te
 }
 
 // Unwait implements admission.Slots.
-func (s *Slots) Unwait(ctx context.Context, pool string, class admission.Class, tenant, id string) error {
+func (s *Slots) Unwait(ctx context.Context, pool string, w admission.Waiting) error {
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, s.waiting(pool, class), id)
-		p.ZRem(ctx, s.waitingTenant(pool, class, tenant), id)
+		p.ZRem(ctx, s.waiting(pool, w.Class), w.ID)
+		p.ZRem(ctx, s.waitingTenant(pool, w.Class, w.Tenant), w.ID)
 		return nil
 	})
 	if err != nil {

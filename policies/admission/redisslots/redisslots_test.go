@@ -70,7 +70,7 @@ func TestABetterClassWaitingElsewhereHoldsBackWorseOnes(t *testing.T) {
 	s := newSlots(t)
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	require.NoError(t, s.Wait(ctx, "m", admission.Priority, "", "p1", time.Minute, now))
+	require.NoError(t, s.Wait(ctx, "m", admission.Waiting{Class: admission.Priority, ID: "p1", Since: now, TTL: time.Minute}))
 	ok, err := granted(s, lease(5, admission.Default, "d1", now.Add(10*time.Millisecond)))
 	require.NoError(t, err)
 	assert.True(t, ok, "within patience: go ahead")
@@ -82,7 +82,7 @@ func TestABetterClassWaitingElsewhereHoldsBackWorseOnes(t *testing.T) {
 	ok, err = granted(s, p1)
 	require.NoError(t, err)
 	assert.True(t, ok, "its own class is not held back by it")
-	require.NoError(t, s.Unwait(ctx, "m", admission.Priority, "", "p1"))
+	require.NoError(t, s.Unwait(ctx, "m", admission.Waiting{Class: admission.Priority, ID: "p1"}))
 	ok, err = granted(s, lease(5, admission.Flex, "f2", now.Add(200*time.Millisecond)))
 	require.NoError(t, err)
 	assert.True(t, ok)
@@ -139,7 +139,7 @@ func TestAnEarlierRequestOfTheSameTenantWaitingElsewhereGoesFirst(t *testing.T) 
 	s := newSlots(t)
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	require.NoError(t, s.Wait(ctx, "m", admission.Flex, "acme", "w1", time.Minute, now))
+	require.NoError(t, s.Wait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "acme", ID: "w1", Since: now, TTL: time.Minute}))
 	acquire := func(c admission.Class, tenant, id string, since time.Time) admission.Grant {
 		t.Helper()
 		l := lease(3, c, id, since)
@@ -154,7 +154,7 @@ func TestAnEarlierRequestOfTheSameTenantWaitingElsewhereGoesFirst(t *testing.T) 
 	assert.Equal(t, admission.Granted, acquire(admission.Priority, "acme", "d", now.Add(100*time.Millisecond)), "a better class")
 	assert.Equal(t, admission.Full, acquire(admission.Priority, "acme", "e", now.Add(100*time.Millisecond)), "budget 3 held")
 	require.NoError(t, s.Release(ctx, "m", "b1", "a"))
-	require.NoError(t, s.Unwait(ctx, "m", admission.Flex, "acme", "w1"))
+	require.NoError(t, s.Unwait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "acme", ID: "w1"}))
 	assert.Equal(t, admission.Granted, acquire(admission.Flex, "acme", "b", now.Add(100*time.Millisecond)), "the earlier one left")
 }
 
@@ -164,7 +164,7 @@ func TestALostWaitExpiresWithItsClassesWait(t *testing.T) {
 	s := newSlots(t)
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	require.NoError(t, s.Wait(ctx, "m", admission.Priority, "", "lost", time.Hour, now))
+	require.NoError(t, s.Wait(ctx, "m", admission.Waiting{Class: admission.Priority, ID: "lost", Since: now, TTL: time.Hour}))
 	at := func(d time.Duration) bool {
 		t.Helper()
 		l := lease(5, admission.Flex, "f"+d.String(), now.Add(d))
@@ -175,4 +175,45 @@ func TestALostWaitExpiresWithItsClassesWait(t *testing.T) {
 	}
 	assert.False(t, at(time.Second), "it may still be waiting")
 	assert.True(t, at(6*time.Second), "past priority's 5 s, it is gone")
+}
+
+// Between the tenants of a class and tier priority, a request does not
+// start while a tenant served fewer weighted tokens there waits on another
+// replica; a tenant back from idle starts level with where service had got
+// to (it banks no credit), and other tier priorities are not compared.
+func TestTheLeastServedTenantWaitingElsewhereGoesFirst(t *testing.T) {
+	s := newSlots(t)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	acquire := func(tenant, id string, prio int, cost float64) admission.Grant {
+		t.Helper()
+		l := lease(100, admission.Default, id, now)
+		l.Tenant, l.TierPriority, l.Cost = tenant, prio, cost
+		g, err := s.Acquire(ctx, l)
+		require.NoError(t, err)
+		return g
+	}
+	wait := func(tenant, id string) admission.Waiting {
+		t.Helper()
+		w := admission.Waiting{Class: admission.Default, Tenant: tenant, ID: id, Since: now, TTL: time.Minute}
+		require.NoError(t, s.Wait(ctx, "m", w))
+		return w
+	}
+	for i := range 3 {
+		require.Equal(t, admission.Granted, acquire("heavy", fmt.Sprint("h", i), 0, 100), "nobody else waits")
+	}
+	// heavy has been served 300 weighted tokens; service got to 200.
+	w1 := wait("light", "w1")
+	assert.Equal(t, admission.Behind, acquire("heavy", "h3", 0, 100), "the light tenant, served less, waits elsewhere")
+	assert.Equal(t, admission.Granted, acquire("other-tier", "o1", 1, 100), "another tier priority is not compared")
+	assert.Equal(t, admission.Granted, acquire("light", "l1", 0, 150), "the least served goes")
+	// The light tenant came back from idle at 200, not at 0: it is now at
+	// 350, past the heavy tenant's 300, though it was served 150 in all.
+	wait("light", "w2")
+	assert.Equal(t, admission.Granted, acquire("heavy", "h4", 0, 100), "the light tenant banked no credit while idle")
+	// heavy: 400. The light tenant's waiting request goes first again.
+	assert.Equal(t, admission.Behind, acquire("heavy", "h5", 0, 100))
+	require.NoError(t, s.Unwait(ctx, "m", w1))
+	require.NoError(t, s.Unwait(ctx, "m", admission.Waiting{Class: admission.Default, Tenant: "light", ID: "w2"}))
+	assert.Equal(t, admission.Granted, acquire("heavy", "h5", 0, 100), "nobody waits any more")
 }
