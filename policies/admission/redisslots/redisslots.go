@@ -100,9 +100,9 @@ return 1
 
 // Slots is admission.Slots on Redis.
 type Slots struct {
-	client  redis.UniversalClient
-	prefix  string
-	acquire *redis.Script
+	client          redis.UniversalClient
+	prefix          string
+	acquire, unwait *redis.Script
 }
 
 var _ admission.Slots = (*Slots)(nil)
@@ -119,7 +119,7 @@ func New(client redis.UniversalClient, prefix string) (*Slots, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("redisslots: prefix %q must not contain '{' or '}'", prefix)
 	}
-	return &Slots{client: client, prefix: prefix, acquire: redis.NewScript(acquireScript)}, nil
+	return &Slots{client: client, prefix: prefix, acquire: redis.NewScript(acquireScript), unwait: redis.NewScript(unwaitScript)}, nil
 }
 
 func (s *Slots) leases(pool, backend string) string {
@@ -294,22 +294,35 @@ func (s *Slots) Wait(ctx context.Context, pool string, w admission.Waiting) erro
 	return nil
 }
 
+// unwaitScript: KEYS[1] the class's wait set, KEYS[2] the tenant's,
+// KEYS[3] the set of tenants waiting at the class and tier priority; ARGV
+// the request's id and its tenant. A tenant with nothing left waiting
+// leaves the set, so Acquire looks only at tenants that wait.
+const unwaitScript = `
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('ZCARD', KEYS[2]) == 0 then
+  redis.call('SREM', KEYS[3], ARGV[2])
+end
+return 0
+`
+
 // Unwait implements admission.Slots.
 func (s *Slots) Unwait(ctx context.Context, pool string, w admission.Waiting) error {
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, s.waiting(pool, w.Class), w.ID)
-		p.ZRem(ctx, s.waitingTenant(pool, w.Class, w.Tenant), w.ID)
-		return nil
-	})
+	keys := []string{s.waiting(pool, w.Class), s.waitingTenant(pool, w.Class, w.Tenant), s.tenantsWaiting(pool, w.Class, w.TierPriority)}
+	err := s.unwait.Run(ctx, s.client, keys, w.ID, w.Tenant).Err()
 	if err != nil {
 		return fmt.Errorf("redisslots: unwait: %w", err)
 	}
 	return nil
 }
 
-// Load caches the script in Redis.
+// Load caches the scripts in Redis.
 func (s *Slots) Load(ctx context.Context) error {
-	return s.acquire.Load(ctx, s.client).Err()
+	if err := s.acquire.Load(ctx, s.client).Err(); err != nil {
+		return err
+	}
+	return s.unwait.Load(ctx, s.client).Err()
 }
 
 // PendingPrompt is the prompt tokens the leases on backend hold pending

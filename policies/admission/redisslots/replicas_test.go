@@ -261,3 +261,71 @@ func TestAReleaseGoesToTheLeastServedTenantOnAnyReplica(t *testing.T) {
 	first.t.Release()
 	boundSoon(t, heavy, "after the light tenant's release").Release()
 }
+
+// Over replicas, two tenants of one tier whose requests all wait are served
+// tokens in the shares of their weights (2:1 here), though one sends
+// requests five times the other's size and each waits on a replica of its
+// own, where that replica's fair queue sees no other tenant: the order
+// between tenants is one over the replicas. (Without it the replica where
+// the slot freed bound its own tenant's next request: big's share 1.0.)
+func TestReplicasShareTokensBetweenTenantsByWeight(t *testing.T) {
+	store := newSlots(t)
+	const addr = "http://10.0.0.5:8000"
+	gates := []*admission.Gate{sharedGate(t, store, addr, 1, 5*time.Millisecond, 0), sharedGate(t, store, addr, 1, 5*time.Millisecond, 0)}
+	ctx := context.Background()
+	held, err := gates[0].Admit(ctx, stream(10))
+	require.NoError(t, err)
+	type served struct {
+		tenant string
+		tokens int64
+	}
+	var (
+		mu    sync.Mutex
+		order []served
+		all   sync.WaitGroup
+	)
+	admit := func(g *admission.Gate, tenant string, weight float64, tokens int64) {
+		r := stream(10)
+		r.Tenant, r.Weight, r.Tokens = tenant, weight, tokens
+		before := g.Waiting()
+		all.Go(func() {
+			tk, err := g.Admit(ctx, r)
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			order = append(order, served{tenant, tokens})
+			mu.Unlock()
+			tk.Release()
+		})
+		require.Eventually(t, func() bool { return g.Waiting() == before+1 }, 5*time.Second, time.Millisecond)
+	}
+	// big (weight 2) sends 500-token requests to replica 0, small
+	// (weight 1) 100-token ones to replica 1.
+	for range 30 {
+		admit(gates[0], "big", 2, 500)
+	}
+	for range 100 {
+		admit(gates[1], "small", 1, 100)
+	}
+	held.Release()
+	all.Wait()
+	// While both still waited: until either tenant's last request was served.
+	var big, small int64
+	nBig, nSmall := 0, 0
+	for _, s := range order {
+		if nBig == 30 || nSmall == 100 {
+			break
+		}
+		if s.tenant == "big" {
+			big += s.tokens
+			nBig++
+		} else {
+			small += s.tokens
+			nSmall++
+		}
+	}
+	share := float64(big) / float64(big+small)
+	t.Logf("while both waited: big %d tokens, small %d: big's share %.3f (weights: 0.667)", big, small, share)
+	assert.InDelta(t, 2.0/3, share, 0.0667, "tokens served split by weight within ±10%")
+}
