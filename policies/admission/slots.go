@@ -19,8 +19,10 @@ type Slots interface {
 	// better class and has waited longer than l.Patience, or of the same
 	// class and tenant and arrived more than l.Patience before l.Since, or
 	// (with l.Cost) of the same class and tier priority and a tenant
-	// served fewer weighted tokens there than l.Tenant (else Behind). A
-	// granted lease counts l.Cost as served to l.Tenant.
+	// served fewer weighted tokens there than l.Tenant (else Behind; a
+	// store may pass over a tenant whose requests have all waited for
+	// seconds, whose replica may be gone). A granted lease counts l.Cost
+	// as served to l.Tenant.
 	Acquire(ctx context.Context, l Lease) (Grant, error)
 	// Release frees a lease (and its pending prompt).
 	Release(ctx context.Context, pool, backend, lease string) error

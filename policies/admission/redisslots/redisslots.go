@@ -23,14 +23,16 @@ import (
 // classes. ARGV: budget, lease, now_ms, expiry_ms, patience_cutoff_ms,
 // key_ttl_ms, max_prompt, prompt, prompt_until_ms, arrival_cutoff_ms,
 // tenant, cost, the prefix of the class's tenant wait sets, the score
-// below which the class's waiting requests are gone, then per better
-// class's wait set the same.
+// below which the class's waiting requests are gone, the score below which
+// a tenant's newest waiting request holds no other tenant back (staleWait),
+// then per better class's wait set the score below which its requests are
+// gone.
 // Returns 1 when the lease was taken, 0 when the backend is full, 2 when
 // requests that go first wait elsewhere.
 const acquireScript = `
 local now = tonumber(ARGV[3])
 for i = 6, #KEYS do
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[9 + i])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[10 + i])
   if redis.call('ZCOUNT', KEYS[i], '-inf', ARGV[5]) > 0 then
     return 2
   end
@@ -50,10 +52,12 @@ if cost > 0 then
     if t ~= ARGV[11] and served(t) < mine then
       local k = ARGV[13] .. t
       redis.call('ZREMRANGEBYSCORE', k, '-inf', '(' .. ARGV[14])
-      if redis.call('ZCARD', k) > 0 then
+      local newest = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
+      if #newest == 0 then
+        redis.call('SREM', KEYS[4], t)
+      elseif tonumber(newest[2]) >= tonumber(ARGV[15]) then
         return 2
       end
-      redis.call('SREM', KEYS[4], t)
     end
   end
 end
@@ -97,6 +101,14 @@ if cost > 0 then
 end
 return 1
 `
+
+// staleWait bounds how long a tenant's waiting requests hold other tenants
+// back: one whose newest request has waited longer (on every replica) is
+// passed over, in case its replica died without taking its waits back,
+// which else would stall the other tenants of its class until that class's
+// longest wait (ten minutes for flex). A live replica binds a tenant that
+// goes first within a dispatch or two.
+const staleWait = 5 * time.Second
 
 // Slots is admission.Slots on Redis.
 type Slots struct {
@@ -177,7 +189,8 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 	}
 	args := append([]any{l.Budget, l.ID, ms, expiry, ms - l.Patience.Milliseconds(), l.TTL.Milliseconds(),
 		max(l.MaxPrompt, 0), max(l.Prompt, 0), until, since - l.Patience.Milliseconds(),
-		l.Tenant, strconv.FormatFloat(max(l.Cost, 0), 'g', -1, 64), s.waitingTenant(l.Pool, l.Class, ""), gone(l.Class)}, trims...)
+		l.Tenant, strconv.FormatFloat(max(l.Cost, 0), 'g', -1, 64), s.waitingTenant(l.Pool, l.Class, ""), gone(l.Class),
+		ms - staleWait.Milliseconds()}, trims...)
 	v, err := s.acquire.Run(ctx, s.client, keys, args...).Int()
 	switch {
 	case err != nil:

@@ -217,3 +217,25 @@ func TestTheLeastServedTenantWaitingElsewhereGoesFirst(t *testing.T) {
 	require.NoError(t, s.Unwait(ctx, "m", admission.Waiting{Class: admission.Default, Tenant: "light", ID: "w2"}))
 	assert.Equal(t, admission.Granted, acquire("heavy", "h5", 0, 100), "nobody waits any more")
 }
+
+// A less-served tenant's waiting requests whose replica died (their Unwait
+// never comes) hold the other tenants of the class back for seconds, not
+// for the class's longest wait (ten minutes for flex).
+func TestALostWaitOfAnotherTenantHoldsBackForSecondsOnly(t *testing.T) {
+	s := newSlots(t)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	at := func(id string, d time.Duration) admission.Grant {
+		t.Helper()
+		l := lease(100, admission.Flex, id, now.Add(d))
+		l.Tenant, l.Cost = "heavy", 100
+		l.MaxWait[admission.Flex] = 10 * time.Minute
+		g, err := s.Acquire(ctx, l)
+		require.NoError(t, err)
+		return g
+	}
+	require.Equal(t, admission.Granted, at("h0", 0))
+	require.NoError(t, s.Wait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "light", ID: "lost", Since: now, TTL: time.Hour}))
+	assert.Equal(t, admission.Behind, at("h1", time.Second), "the light tenant may still be waiting")
+	assert.Equal(t, admission.Granted, at("h1", 6*time.Second), "its newest request has waited too long: its replica is gone")
+}
