@@ -165,6 +165,7 @@ type Gate struct {
 	// that reaches the store, so a slow store does not strand slots until
 	// LeaseTTL. Bounded by maxOrphans.
 	orphans []orphan
+	unwaits []Waiting // waits whose Unwait failed, to take back (unwait)
 	now     func() time.Time
 	seq     atomic.Uint64
 	prefix  string
@@ -286,7 +287,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 		id := g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
 		wt := Waiting{Class: r.Class, TierPriority: r.TierPriority, Tenant: r.Tenant, ID: id, Since: start, TTL: g.o.MaxWait[r.Class] + g.o.Patience}
 		g.shared(func(ctx context.Context) error { return g.o.Shared.Wait(ctx, g.o.Pool, wt) })
-		defer g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, wt) })
+		defer g.unwait(wt)
 	}
 	timer := time.NewTimer(g.o.MaxWait[r.Class])
 	defer timer.Stop()
@@ -733,21 +734,49 @@ func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool) {
 // orphan is a lease an Acquire may have left in the shared store.
 type orphan struct{ backend, lease string }
 
-// maxOrphans bounds the leases kept for release; beyond it LeaseTTL frees
-// them.
+// maxOrphans bounds the leases kept for release, and the waits kept to be
+// taken back; beyond it LeaseTTL frees the leases and the store passes
+// over the waits in time.
 const maxOrphans = 1024
 
-// releaseOrphans releases the orphaned leases while the store answers
-// (releasing one the store never granted does nothing).
+// unwait takes w's record of waiting back from the shared store; when the
+// call fails it is kept and tried again with the next release that
+// reaches the store. A record left there holds its tenant's later
+// requests, and other tenants', back on every replica: live, one Redis
+// stall past the call's deadline shed 177 requests of the heavy tenant
+// after their 30 s wait.
+func (g *Gate) unwait(w Waiting) {
+	if g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, w) }) != nil {
+		g.mu.Lock()
+		if len(g.unwaits) < maxOrphans {
+			g.unwaits = append(g.unwaits, w)
+		}
+		g.mu.Unlock()
+	}
+}
+
+// releaseOrphans releases the orphaned leases and takes back the waits
+// whose Unwait failed, while the store answers (releasing a lease the
+// store never granted, or taking back a wait it no longer holds, does
+// nothing).
 func (g *Gate) releaseOrphans() {
 	g.mu.Lock()
-	todo := g.orphans
-	g.orphans = nil
+	todo, waits := g.orphans, g.unwaits
+	g.orphans, g.unwaits = nil, nil
 	g.mu.Unlock()
 	for i, o := range todo {
 		if g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, o.backend, o.lease) }) != nil {
 			g.mu.Lock()
 			g.orphans = append(g.orphans, todo[i:]...)
+			g.unwaits = append(g.unwaits, waits...)
+			g.mu.Unlock()
+			return
+		}
+	}
+	for i, w := range waits {
+		if g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, w) }) != nil {
+			g.mu.Lock()
+			g.unwaits = append(g.unwaits, waits[i:]...)
 			g.mu.Unlock()
 			return
 		}

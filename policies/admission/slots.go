@@ -20,7 +20,7 @@ type Slots interface {
 	// class and tenant and arrived more than l.Patience before l.Since, or
 	// (with l.Cost) of the same class and tier priority and a tenant
 	// served fewer weighted tokens there than l.Tenant (else Behind; a
-	// store may pass over a tenant whose requests have all waited for
+	// store may pass over requests of l.Class that have waited for
 	// seconds, whose replica may be gone). A granted lease counts l.Cost
 	// as served to l.Tenant.
 	Acquire(ctx context.Context, l Lease) (Grant, error)

@@ -24,7 +24,7 @@ import (
 // key_ttl_ms, max_prompt, prompt, prompt_until_ms, arrival_cutoff_ms,
 // tenant, cost, the prefix of the class's tenant wait sets, the score
 // below which the class's waiting requests are gone, the score below which
-// a tenant's newest waiting request holds no other tenant back (staleWait),
+// a tenant's waiting request holds no request back (staleWait),
 // then per better class's wait set the score below which its requests are
 // gone.
 // Returns 1 when the lease was taken, 0 when the backend is full, 2 when
@@ -38,7 +38,7 @@ for i = 6, #KEYS do
   end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[14])
-if redis.call('ZCOUNT', KEYS[3], '-inf', ARGV[10]) > 0 then
+if redis.call('ZCOUNT', KEYS[3], ARGV[15], ARGV[10]) > 0 then
   return 2
 end
 local vt = tonumber(redis.call('HGET', KEYS[5], '\0v') or '0')
@@ -102,12 +102,14 @@ end
 return 1
 `
 
-// staleWait bounds how long a tenant's waiting requests hold other tenants
-// back: one whose newest request has waited longer (on every replica) is
-// passed over, in case its replica died without taking its waits back,
-// which else would stall the other tenants of its class until that class's
-// longest wait (ten minutes for flex). A live replica binds a tenant that
-// goes first within a dispatch or two.
+// staleWait bounds how long a waiting request holds the requests of its
+// class on other replicas back: a tenant whose newest request has waited
+// longer is passed over by the other tenants, and a request that has
+// waited longer by its own tenant's later ones, in case its replica died
+// (or an Unwait failed) and left its waits behind, which else would stall
+// them until the class's longest wait (30 s for default, ten minutes for
+// flex). A live replica binds a request that goes first within a dispatch
+// or two.
 const staleWait = 5 * time.Second
 
 // Slots is admission.Slots on Redis.

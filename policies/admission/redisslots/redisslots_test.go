@@ -218,10 +218,11 @@ func TestTheLeastServedTenantWaitingElsewhereGoesFirst(t *testing.T) {
 	assert.Equal(t, admission.Granted, acquire("heavy", "h5", 0, 100), "nobody waits any more")
 }
 
-// A less-served tenant's waiting requests whose replica died (their Unwait
-// never comes) hold the other tenants of the class back for seconds, not
-// for the class's longest wait (ten minutes for flex).
-func TestALostWaitOfAnotherTenantHoldsBackForSecondsOnly(t *testing.T) {
+// Waiting requests whose replica died (their Unwait never comes) hold their
+// tenant's later requests, and the other tenants of the class when theirs
+// is the less served, back for seconds, not for the class's longest wait
+// (ten minutes for flex).
+func TestALostWaitHoldsItsClassBackForSecondsOnly(t *testing.T) {
 	s := newSlots(t)
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
@@ -235,6 +236,11 @@ func TestALostWaitOfAnotherTenantHoldsBackForSecondsOnly(t *testing.T) {
 		return g
 	}
 	require.Equal(t, admission.Granted, at("h0", 0))
+	// heavy's own lost wait: its later requests go once it is 5 s old.
+	require.NoError(t, s.Wait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "heavy", ID: "own", Since: now, TTL: time.Hour}))
+	assert.Equal(t, admission.Behind, at("o1", time.Second), "heavy's earlier request may still be waiting")
+	assert.Equal(t, admission.Granted, at("o1", 6*time.Second), "it has waited too long: its replica is gone")
+	require.NoError(t, s.Unwait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "heavy", ID: "own"}))
 	require.NoError(t, s.Wait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "light", ID: "lost", Since: now, TTL: time.Hour}))
 	assert.Equal(t, admission.Behind, at("h1", time.Second), "the light tenant may still be waiting")
 	assert.Equal(t, admission.Granted, at("h1", 6*time.Second), "its newest request has waited too long: its replica is gone")

@@ -2,6 +2,7 @@ package redisslots_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"testing"
@@ -328,4 +329,52 @@ func TestReplicasShareTokensBetweenTenantsByWeight(t *testing.T) {
 	share := float64(big) / float64(big+small)
 	t.Logf("while both waited: big %d tokens, small %d: big's share %.3f (weights: 0.667)", big, small, share)
 	assert.InDelta(t, 2.0/3, share, 0.0667, "tokens served split by weight within ±10%")
+}
+
+// unwaitFails is a store whose first n Unwait calls fail (a Redis stall
+// past the call's deadline), as the gate sees them; the rest go to Slots.
+type unwaitFails struct {
+	admission.Slots
+	n int
+}
+
+func (s *unwaitFails) Unwait(ctx context.Context, pool string, w admission.Waiting) error {
+	if s.n > 0 {
+		s.n--
+		return errors.New("redisslots: unwait: i/o timeout")
+	}
+	return s.Slots.Unwait(ctx, pool, w)
+}
+
+// A waiting request's record that a failed Unwait left in the store is
+// taken back with the gate's next release that reaches it: left there it
+// held the tenant's later requests back on every replica (live, one Redis
+// stall shed 177 of a tenant's requests after their 30 s wait).
+func TestAFailedUnwaitIsTakenBackWithTheNextRelease(t *testing.T) {
+	store := newSlots(t)
+	const addr = "http://10.0.0.6:8000"
+	g := sharedGate(t, &unwaitFails{Slots: store, n: 1}, addr, 1, 10*time.Millisecond, 0)
+	ctx := context.Background()
+	r := stream(10)
+	r.Tenant = "acme"
+	held, err := g.Admit(ctx, r)
+	require.NoError(t, err)
+	waited := admitLater(t, g, r)
+	time.Sleep(20 * time.Millisecond) // past the patience: a later request of acme is behind it while its record stays
+	held.Release()
+	tk := boundSoon(t, waited, "after the release") // its Unwait failed
+	later := func(id string) admission.Grant {
+		now := time.Now()
+		l := admission.Lease{Pool: "m", Backend: "b9", ID: id, Budget: 10, Class: admission.Default, Tenant: "acme",
+			Since: now, Now: now, TTL: time.Minute, Patience: 10 * time.Millisecond}
+		grant, err := store.Acquire(ctx, l)
+		require.NoError(t, err)
+		if grant == admission.Granted {
+			require.NoError(t, store.Release(ctx, "m", "b9", id))
+		}
+		return grant
+	}
+	require.Equal(t, admission.Behind, later("x1"), "the record the failed Unwait left holds acme's later requests back")
+	tk.Release()
+	assert.Equal(t, admission.Granted, later("x2"), "the release took the record back")
 }
