@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,6 +174,7 @@ type Gate struct {
 	// lastPoll is when a waiter's poll last dispatched (UnixNano): one
 	// poll per Patience dispatches, however many wait (pollDue).
 	lastPoll atomic.Int64
+	lastBeat atomic.Int64 // when poll last called Slots.Beat (UnixNano)
 	polls    atomic.Int64 // dispatches by polls, for tests
 }
 
@@ -328,9 +330,15 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 		prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
 }
 
-// poll is a waiter's look for room: a dispatch, when one is due.
+// poll is a waiter's look for room: a dispatch, when one is due (and,
+// with a shared store, a Beat every beatEvery).
 func (g *Gate) poll() {
 	if g.pollDue() {
+		if now := g.now().UnixNano(); g.o.Shared != nil && now-g.lastBeat.Load() >= int64(beatEvery) {
+			g.lastBeat.Store(now)
+			replica := strings.TrimSuffix(g.prefix, "-")
+			g.shared(func(ctx context.Context) error { return g.o.Shared.Beat(ctx, g.o.Pool, replica) })
+		}
 		g.mu.Lock()
 		g.dispatchLocked()
 		g.mu.Unlock()
@@ -344,6 +352,10 @@ func (g *Gate) unbind(res result, r *Request) {
 	g.mu.Unlock()
 	g.release(res.ep, res.lease, r.Batch)
 }
+
+// beatEvery is how often a gate with waiting requests tells the shared
+// store that it is alive (Slots.Beat).
+const beatEvery = time.Second
 
 // pollDue reports whether a waiter's poll should dispatch: at most one
 // poll per Patience does, whichever waiter's ticker fires first. Every

@@ -19,10 +19,9 @@ type Slots interface {
 	// better class and has waited longer than l.Patience, or of the same
 	// class and tenant and arrived more than l.Patience before l.Since, or
 	// (with l.Cost) of the same class and tier priority and a tenant
-	// served fewer weighted tokens there than l.Tenant (else Behind; a
-	// store may pass over requests of l.Class that have waited for
-	// seconds, whose replica may be gone). A granted lease counts l.Cost
-	// as served to l.Tenant.
+	// served fewer weighted tokens there than l.Tenant (else Behind). A
+	// waiting request whose replica has stopped beating (Beat) counts for
+	// nothing. A granted lease counts l.Cost as served to l.Tenant.
 	Acquire(ctx context.Context, l Lease) (Grant, error)
 	// Release frees a lease (and its pending prompt).
 	Release(ctx context.Context, pool, backend, lease string) error
@@ -32,6 +31,12 @@ type Slots interface {
 	// Wait records that w waits on pool; Unwait removes it.
 	Wait(ctx context.Context, pool string, w Waiting) error
 	Unwait(ctx context.Context, pool string, w Waiting) error
+	// Beat says that replica (its waiting requests' IDs are "replica-...")
+	// is alive; the gate beats every second while requests wait there. A
+	// store counts a replica's waiting requests only for a few seconds
+	// past its last Wait or Beat, so that the waits of a replica that died
+	// without taking them back hold no one back.
+	Beat(ctx context.Context, pool, replica string) error
 }
 
 // Waiting is a request waiting on a replica, as Slots.Wait records it.

@@ -23,22 +23,43 @@ import (
 // classes. ARGV: budget, lease, now_ms, expiry_ms, patience_cutoff_ms,
 // key_ttl_ms, max_prompt, prompt, prompt_until_ms, arrival_cutoff_ms,
 // tenant, cost, the prefix of the class's tenant wait sets, the score
-// below which the class's waiting requests are gone, the score below which
-// a tenant's waiting request holds no request back (staleWait),
-// then per better class's wait set the score below which its requests are
-// gone.
+// below which the class's waiting requests are gone, the prefix of the
+// replicas' alive keys, then per better class's wait set the score below
+// which its requests are gone. A waiting request whose id is
+// "REPLICA-..." counts only while REPLICA's alive key lives (Wait and Beat
+// set it); the script drops those it finds dead.
 // Returns 1 when the lease was taken, 0 when the backend is full, 2 when
 // requests that go first wait elsewhere.
 const acquireScript = `
 local now = tonumber(ARGV[3])
+local function live(id)
+  local dash = string.find(id, '-', 1, true)
+  if not dash then
+    return true
+  end
+  return redis.call('EXISTS', ARGV[15] .. string.sub(id, 1, dash - 1)) == 1
+end
+local function waits(k, hi)
+  for n = 1, 64 do
+    local m = redis.call('ZRANGEBYSCORE', k, '-inf', hi, 'LIMIT', 0, 1)
+    if #m == 0 then
+      return false
+    end
+    if live(m[1]) then
+      return true
+    end
+    redis.call('ZREM', k, m[1])
+  end
+  return true
+end
 for i = 6, #KEYS do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[10 + i])
-  if redis.call('ZCOUNT', KEYS[i], '-inf', ARGV[5]) > 0 then
+  if waits(KEYS[i], ARGV[5]) then
     return 2
   end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[14])
-if redis.call('ZCOUNT', KEYS[3], ARGV[15], ARGV[10]) > 0 then
+if waits(KEYS[3], ARGV[10]) then
   return 2
 end
 local vt = tonumber(redis.call('HGET', KEYS[5], '\0v') or '0')
@@ -52,11 +73,11 @@ if cost > 0 then
     if t ~= ARGV[11] and served(t) < mine then
       local k = ARGV[13] .. t
       redis.call('ZREMRANGEBYSCORE', k, '-inf', '(' .. ARGV[14])
-      local newest = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
-      if #newest == 0 then
-        redis.call('SREM', KEYS[4], t)
-      elseif tonumber(newest[2]) >= tonumber(ARGV[15]) then
+      if waits(k, '+inf') then
         return 2
+      end
+      if redis.call('ZCARD', k) == 0 then
+        redis.call('SREM', KEYS[4], t)
       end
     end
   end
@@ -102,18 +123,14 @@ end
 return 1
 `
 
-// staleWait bounds how long a waiting request holds the requests of its
-// class on other replicas back: a tenant whose newest request has waited
-// longer is passed over by the other tenants, and a request that has
-// waited longer by its own tenant's later ones, in case its replica died
-// (or an Unwait failed) and left its waits behind, which else would stall
-// them until the class's longest wait (30 s for default, ten minutes for
-// flex). A live replica binds a request that goes first within a dispatch
-// or two.
-const staleWait = 5 * time.Second
-
 // Slots is admission.Slots on Redis.
 type Slots struct {
+	// AliveTTL is how long a replica's waiting requests count after its
+	// last Wait or Beat: a replica that died without taking its waits
+	// back holds nothing back past it. Default 3s (a gate beats every
+	// second while requests wait).
+	AliveTTL time.Duration
+
 	client          redis.UniversalClient
 	prefix          string
 	acquire, unwait *redis.Script
@@ -150,6 +167,21 @@ func (s *Slots) waiting(pool string, c admission.Class) string {
 
 func (s *Slots) waitingTenant(pool string, c admission.Class, tenant string) string {
 	return s.prefix + ":adm:{" + pool + "}:wait:" + c.String() + ":t:" + tenant
+}
+
+// alive is replica's alive key.
+func (s *Slots) alive(pool, replica string) string {
+	return s.prefix + ":adm:{" + pool + "}:alive:" + replica
+}
+
+func (s *Slots) aliveTTL() time.Duration { return cmp.Or(s.AliveTTL, 3*time.Second) }
+
+// Beat implements admission.Slots.
+func (s *Slots) Beat(ctx context.Context, pool, replica string) error {
+	if err := s.client.Set(ctx, s.alive(pool, replica), "1", s.aliveTTL()).Err(); err != nil {
+		return fmt.Errorf("redisslots: beat: %w", err)
+	}
+	return nil
 }
 
 // tenantsWaiting is the set of tenants that may have requests waiting at
@@ -192,7 +224,7 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 	args := append([]any{l.Budget, l.ID, ms, expiry, ms - l.Patience.Milliseconds(), l.TTL.Milliseconds(),
 		max(l.MaxPrompt, 0), max(l.Prompt, 0), until, since - l.Patience.Milliseconds(),
 		l.Tenant, strconv.FormatFloat(max(l.Cost, 0), 'g', -1, 64), s.waitingTenant(l.Pool, l.Class, ""), gone(l.Class),
-		ms - staleWait.Milliseconds()}, trims...)
+		s.alive(l.Pool, "")}, trims...)
 	v, err := s.acquire.Run(ctx, s.client, keys, args...).Int()
 	switch {
 	case err != nil:
@@ -301,6 +333,9 @@ func (s *Slots) Wait(ctx context.Context, pool string, w admission.Waiting) erro
 		key := s.tenantsWaiting(pool, w.Class, w.TierPriority)
 		p.SAdd(ctx, key, w.Tenant)
 		p.PExpire(ctx, key, w.TTL)
+		if replica, _, ok := strings.Cut(w.ID, "-"); ok {
+			p.Set(ctx, s.alive(pool, replica), "1", s.aliveTTL())
+		}
 		return nil
 	})
 	if err != nil {

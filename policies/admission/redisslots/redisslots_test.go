@@ -218,30 +218,42 @@ func TestTheLeastServedTenantWaitingElsewhereGoesFirst(t *testing.T) {
 	assert.Equal(t, admission.Granted, acquire("heavy", "h5", 0, 100), "nobody waits any more")
 }
 
-// Waiting requests whose replica died (their Unwait never comes) hold their
-// tenant's later requests, and the other tenants of the class when theirs
-// is the less served, back for seconds, not for the class's longest wait
-// (ten minutes for flex).
-func TestALostWaitHoldsItsClassBackForSecondsOnly(t *testing.T) {
+// Waiting requests whose replica died (their Unwait never comes) hold back
+// neither their tenant's later requests nor the other tenants of the class
+// once the replica has stopped beating, rather than until the class's
+// longest wait (ten minutes for flex); a live replica's keep doing so.
+func TestADeadReplicasWaitsHoldNothingBack(t *testing.T) {
 	s := newSlots(t)
+	s.AliveTTL = 200 * time.Millisecond
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	at := func(id string, d time.Duration) admission.Grant {
+	at := func(id string) admission.Grant {
 		t.Helper()
-		l := lease(100, admission.Flex, id, now.Add(d))
+		l := lease(100, admission.Flex, id, now.Add(time.Second))
 		l.Tenant, l.Cost = "heavy", 100
 		l.MaxWait[admission.Flex] = 10 * time.Minute
 		g, err := s.Acquire(ctx, l)
 		require.NoError(t, err)
+		if g == admission.Granted {
+			require.NoError(t, s.Release(ctx, "m", "b1", id))
+		}
 		return g
 	}
-	require.Equal(t, admission.Granted, at("h0", 0))
-	// heavy's own lost wait: its later requests go once it is 5 s old.
-	require.NoError(t, s.Wait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "heavy", ID: "own", Since: now, TTL: time.Hour}))
-	assert.Equal(t, admission.Behind, at("o1", time.Second), "heavy's earlier request may still be waiting")
-	assert.Equal(t, admission.Granted, at("o1", 6*time.Second), "it has waited too long: its replica is gone")
-	require.NoError(t, s.Unwait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "heavy", ID: "own"}))
-	require.NoError(t, s.Wait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "light", ID: "lost", Since: now, TTL: time.Hour}))
-	assert.Equal(t, admission.Behind, at("h1", time.Second), "the light tenant may still be waiting")
-	assert.Equal(t, admission.Granted, at("h1", 6*time.Second), "its newest request has waited too long: its replica is gone")
+	wait := func(tenant, id string) {
+		t.Helper()
+		require.NoError(t, s.Wait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: tenant, ID: id, Since: now, TTL: time.Hour}))
+	}
+	require.Equal(t, admission.Granted, at("h0"))
+	wait("heavy", "r1-own")
+	assert.Equal(t, admission.Behind, at("h1"), "heavy's earlier request waits on replica r1, alive")
+	wait("light", "r2-lost")
+	wait("heavy", "r2-old")
+	require.NoError(t, s.Beat(ctx, "m", "r1"))
+	time.Sleep(150 * time.Millisecond)
+	require.NoError(t, s.Beat(ctx, "m", "r1")) // r1 beats, r2 does not
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, s.Unwait(ctx, "m", admission.Waiting{Class: admission.Flex, Tenant: "heavy", ID: "r1-own"}))
+	assert.Equal(t, admission.Granted, at("h2"), "r2 stopped beating: its requests, heavy's earlier one and the light tenant's, hold nothing back")
+	wait("light", "r1-live")
+	assert.Equal(t, admission.Behind, at("h3"), "the light tenant's request on r1, which beats, goes first")
 }

@@ -378,3 +378,28 @@ func TestAFailedUnwaitIsTakenBackWithTheNextRelease(t *testing.T) {
 	tk.Release()
 	assert.Equal(t, admission.Granted, later("x2"), "the release took the record back")
 }
+
+// A replica keeps its waiting requests counted past the store's AliveTTL
+// by beating while they wait: the request still holds its tenant's later
+// ones back on other replicas.
+func TestAWaitingReplicaBeats(t *testing.T) {
+	store := newSlots(t)
+	store.AliveTTL = 1500 * time.Millisecond
+	const addr = "http://10.0.0.7:8000"
+	g := sharedGate(t, store, addr, 1, 10*time.Millisecond, 0)
+	ctx := context.Background()
+	r := stream(10)
+	r.Tenant = "acme"
+	held, err := g.Admit(ctx, r)
+	require.NoError(t, err)
+	waiting := admitLater(t, g, r)
+	time.Sleep(2 * time.Second) // past AliveTTL
+	now := time.Now()
+	l := admission.Lease{Pool: "m", Backend: "b9", ID: "x", Budget: 10, Class: admission.Default, Tenant: "acme",
+		Since: now, Now: now, TTL: time.Minute, Patience: 10 * time.Millisecond}
+	grant, err := store.Acquire(ctx, l)
+	require.NoError(t, err)
+	assert.Equal(t, admission.Behind, grant, "the request waiting on the live replica still goes first")
+	held.Release()
+	boundSoon(t, waiting, "after the release").Release()
+}
