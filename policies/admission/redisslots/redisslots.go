@@ -394,6 +394,12 @@ func (s *Slots) PendingPrompt(ctx context.Context, pool, backend string) (int64,
 	return sum, nil
 }
 
+// Waiting is how many requests of class c and tenant the store holds as
+// waiting on pool (lost ones included until an Acquire drops them).
+func (s *Slots) Waiting(ctx context.Context, pool string, c admission.Class, tenant string) (int64, error) {
+	return s.client.ZCard(ctx, s.waitingTenant(pool, c, tenant)).Result()
+}
+
 // Leases is how many live leases hold backend.
 func (s *Slots) Leases(ctx context.Context, pool, backend string, now time.Time) (int64, error) {
 	return s.client.ZCount(ctx, s.leases(pool, backend), strconv.FormatInt(now.UnixMilli()+1, 10), "+inf").Result()

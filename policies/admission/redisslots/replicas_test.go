@@ -66,6 +66,18 @@ func admitLater(t *testing.T, g *admission.Gate, r admission.Request) <-chan adm
 	return ch
 }
 
+// recorded waits until store holds n requests of tenant waiting in the
+// default class (a gate counts a request as waiting before its Wait
+// reaches the store).
+func recorded(t *testing.T, store *redisslots.Slots, tenant string, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		got, err := store.Waiting(context.Background(), "m", admission.Default, tenant)
+		require.NoError(t, err)
+		return got == n
+	}, 5*time.Second, time.Millisecond)
+}
+
 // boundSoon is the ticket ch brings within 5 s.
 func boundSoon(t *testing.T, ch <-chan admitted, when string) *admission.Ticket {
 	t.Helper()
@@ -166,6 +178,7 @@ func TestAReleaseGoesToTheRequestWaitingLongestOnAnyReplica(t *testing.T) {
 	held, err := a.Admit(ctx, stream(10))
 	require.NoError(t, err)
 	early := admitLater(t, b, stream(10))
+	recorded(t, store, "", 1)
 	time.Sleep(50 * time.Millisecond) // five patiences
 	late := admitLater(t, a, stream(10))
 	held.Release() // a binds its own next request at once, unless told to wait its turn
@@ -248,6 +261,7 @@ func TestAReleaseGoesToTheLeastServedTenantOnAnyReplica(t *testing.T) {
 	heavy := admitLater(t, a, of("heavy", 1000))
 	time.Sleep(50 * time.Millisecond) // five patiences: the heavy tenant's request waited longer
 	light := admitLater(t, b, of("light", 100))
+	recorded(t, store, "light", 1)
 	held.Release() // a binds its own next request at once, unless told the light tenant goes first
 	var first admitted
 	select {
@@ -309,6 +323,8 @@ func TestReplicasShareTokensBetweenTenantsByWeight(t *testing.T) {
 	for range 100 {
 		admit(gates[1], "small", 1, 100)
 	}
+	recorded(t, store, "big", 30)
+	recorded(t, store, "small", 100)
 	held.Release()
 	all.Wait()
 	// While both still waited: until either tenant's last request was served.
@@ -360,6 +376,7 @@ func TestAFailedUnwaitIsTakenBackWithTheNextRelease(t *testing.T) {
 	held, err := g.Admit(ctx, r)
 	require.NoError(t, err)
 	waited := admitLater(t, g, r)
+	recorded(t, store, "acme", 1)
 	time.Sleep(20 * time.Millisecond) // past the patience: a later request of acme is behind it while its record stays
 	held.Release()
 	tk := boundSoon(t, waited, "after the release") // its Unwait failed
@@ -393,6 +410,7 @@ func TestAWaitingReplicaBeats(t *testing.T) {
 	held, err := g.Admit(ctx, r)
 	require.NoError(t, err)
 	waiting := admitLater(t, g, r)
+	recorded(t, store, "acme", 1)
 	time.Sleep(2 * time.Second) // past AliveTTL
 	now := time.Now()
 	l := admission.Lease{Pool: "m", Backend: "b9", ID: "x", Budget: 10, Class: admission.Default, Tenant: "acme",
