@@ -15,7 +15,7 @@ import (
 type fleetCollector struct {
 	rt *Router
 
-	inFlight, available, waiting, running, kv, decode, prefill, pending, breaker, queued *prometheus.Desc
+	inFlight, available, waiting, running, kv, decode, prefill, pending, breaker, queued, behind *prometheus.Desc
 }
 
 // Compile-time check.
@@ -46,12 +46,14 @@ func newFleetCollector(rt *Router) *fleetCollector {
 			[]string{"model", "backend", "state"}, nil),
 		queued: prometheus.NewDesc("sluice_admission_queued_requests",
 			"Requests waiting in the model's admission queue, by service class (models with admission only).", []string{"model", "class"}, nil),
+		behind: prometheus.NewDesc("sluice_admission_held_behind_total",
+			"Looks for room at which a request of the class was held back because one that goes first (of a better class, its tenant's earlier one, or a less-served tenant's) waits on another replica; counted since the model's gate was built (a reload starts it again).", []string{"model", "class"}, nil),
 	}
 }
 
 // Describe sends the collector's descriptors.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inFlight, c.available, c.waiting, c.running, c.kv, c.decode, c.prefill, c.pending, c.breaker, c.queued} {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.available, c.waiting, c.running, c.kv, c.decode, c.prefill, c.pending, c.breaker, c.queued, c.behind} {
 		ch <- d
 	}
 }
@@ -105,6 +107,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			stats := rte.Gate.Stats()
 			for class, s := range stats {
 				ch <- prometheus.MustNewConstMetric(c.queued, gauge, float64(s.Waiting), model, admission.Class(class).String())
+				ch <- prometheus.MustNewConstMetric(c.behind, prometheus.CounterValue, float64(s.Behind), model, admission.Class(class).String())
 			}
 		}
 	}

@@ -475,6 +475,9 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 				return nil, "", ErrNoRoom
 			}
 		case grant == Behind: // not the endpoint's doing: this request waits its turn
+			if r.Class < NumClasses {
+				g.counts[r.Class].behind.Add(1)
+			}
 			return nil, "", errBehind
 		case grant != Granted:
 			g.full[ep] = now.Add(g.o.Patience)

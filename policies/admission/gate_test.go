@@ -586,6 +586,7 @@ func TestGateRequestsBehindOtherReplicasDoNotBlockOtherTenants(t *testing.T) {
 		t.Fatal("the heavy tenant's request waited behind the light tenant's, held for other replicas")
 	}
 	assert.Equal(t, 1, g.Waiting(), "the light tenant's request still waits its turn")
+	assert.NotZero(t, g.Stats()[admission.Default].Behind, "its looks held behind are counted")
 	cancel()
 	assert.ErrorIs(t, (<-held).err, context.Canceled, "it was not bound while held behind")
 }

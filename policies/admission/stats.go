@@ -16,12 +16,16 @@ type ClassStats struct {
 	Admitted, Shed uint64
 	// Waited is the admitted requests' total time in the queue.
 	Waited time.Duration
+	// Behind counts the looks for room at which a request of the class
+	// was held back because one that goes first waits on another replica
+	// (the shared store's Behind).
+	Behind uint64
 }
 
 // classCounters are a gate's counts for one class.
 type classCounters struct {
-	admitted, shed atomic.Uint64
-	waited         atomic.Int64 // ns
+	admitted, shed, behind atomic.Uint64
+	waited                 atomic.Int64 // ns
 }
 
 // Stats returns each class's stats, indexed by Class.
@@ -38,6 +42,7 @@ func (g *Gate) Stats() [NumClasses]ClassStats {
 	for c := range out {
 		k := &g.counts[c]
 		out[c].Admitted, out[c].Shed, out[c].Waited = k.admitted.Load(), k.shed.Load(), time.Duration(k.waited.Load())
+		out[c].Behind = k.behind.Load()
 	}
 	return out
 }
