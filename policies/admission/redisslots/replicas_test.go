@@ -78,6 +78,23 @@ func recorded(t *testing.T, store *redisslots.Slots, tenant string, n int64) {
 	}, 5*time.Second, time.Millisecond)
 }
 
+// boundFirst is the binding want brings within 5 s; the test fails if
+// other, the request waiting on the replica where the slot freed, is bound
+// first.
+func boundFirst(t *testing.T, want, other <-chan admitted, what string) admitted {
+	t.Helper()
+	select {
+	case a := <-want:
+		require.NoError(t, a.err)
+		return a
+	case r := <-other:
+		t.Fatalf("the request on the releasing replica took the slot before %s (err %v)", what, r.err)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s was not bound", what)
+	}
+	return admitted{}
+}
+
 // boundSoon is the ticket ch brings within 5 s.
 func boundSoon(t *testing.T, ch <-chan admitted, when string) *admission.Ticket {
 	t.Helper()
@@ -182,15 +199,7 @@ func TestAReleaseGoesToTheRequestWaitingLongestOnAnyReplica(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // five patiences
 	late := admitLater(t, a, stream(10))
 	held.Release() // a binds its own next request at once, unless told to wait its turn
-	var first admitted
-	select {
-	case first = <-early:
-		require.NoError(t, first.err)
-	case r := <-late:
-		t.Fatalf("the later request on the releasing replica took the slot (err %v)", r.err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the earlier request was not bound")
-	}
+	first := boundFirst(t, early, late, "the earlier request")
 	assert.Equal(t, 1, a.Waiting(), "the later request waits its turn")
 	first.t.Release()
 	boundSoon(t, late, "after the earlier one's release").Release()
@@ -263,15 +272,7 @@ func TestAReleaseGoesToTheLeastServedTenantOnAnyReplica(t *testing.T) {
 	light := admitLater(t, b, of("light", 100))
 	recorded(t, store, "light", 1)
 	held.Release() // a binds its own next request at once, unless told the light tenant goes first
-	var first admitted
-	select {
-	case first = <-light:
-		require.NoError(t, first.err)
-	case r := <-heavy:
-		t.Fatalf("the heavy tenant's request on the releasing replica took the slot (err %v)", r.err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the light tenant's request was not bound")
-	}
+	first := boundFirst(t, light, heavy, "the light tenant's request")
 	assert.Equal(t, 1, a.Waiting(), "the heavy tenant's request waits its turn")
 	first.t.Release()
 	boundSoon(t, heavy, "after the light tenant's release").Release()
