@@ -116,6 +116,8 @@ limits:
 	watch.Wait()
 	assert.Equal(t, []string{"priority", "default"}, order, "the better class first, across replicas")
 	assert.LessOrEqual(t, most.Load(), int64(1), "one budget for both replicas")
+	assert.Regexp(t, `sluice_admission_held_behind_total\{class="default",model="m"\} [1-9]`, scrapeText(t, b),
+		"replica B counts its looks held behind the priority request on A")
 
 	// Redis stops: each replica admits within its share (1 of 1, rounded
 	// up), and nothing fails.

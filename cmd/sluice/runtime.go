@@ -237,7 +237,7 @@ func (r *runtime) Queues() []admin.QueueClass {
 		}
 		for c, s := range rte.Gate.Stats() {
 			out = append(out, admin.QueueClass{Model: rte.Pool.Model(), Class: admission.Class(c).String(),
-				Waiting: s.Waiting, AdmittedTotal: s.Admitted, ShedTotal: s.Shed, WaitedSeconds: s.Waited.Seconds()})
+				Waiting: s.Waiting, AdmittedTotal: s.Admitted, ShedTotal: s.Shed, WaitedSeconds: s.Waited.Seconds(), HeldBehindTotal: s.Behind})
 		}
 	}
 	return out

@@ -75,6 +75,9 @@ type QueueClass struct {
 	AdmittedTotal uint64  `json:"admitted_total"`
 	ShedTotal     uint64  `json:"shed_total"`
 	WaitedSeconds float64 `json:"waited_seconds_total"`
+	// HeldBehindTotal counts the looks for room at which a request of the
+	// class was held back for one that goes first on another replica.
+	HeldBehindTotal uint64 `json:"held_behind_total"`
 }
 
 // Status is the status page's data: the live state, recent rates, and
