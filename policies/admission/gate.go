@@ -503,7 +503,7 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.Time) Lease {
 	routing := r.Routing
 	l := Lease{Pool: g.o.Pool, Backend: ep.Address(), ID: g.prefix + strconv.FormatUint(g.seq.Add(1), 36),
-		Budget: b, Class: r.Class, Tenant: r.Tenant, Since: since, TierPriority: r.TierPriority, Cost: float64(r.Tokens) / max(r.Weight, 1),
+		Budget: b, Class: r.Class, Tenant: r.Tenant, Since: since, TierPriority: r.TierPriority, Cost: weighted(r.Tokens, r.Weight),
 		Now: now, TTL: g.o.LeaseTTL, Patience: g.o.Patience, MaxWait: g.o.MaxWait}
 	if l.Budget <= 0 {
 		l.Budget = math.MaxInt32
@@ -776,26 +776,34 @@ func (g *Gate) unwait(w Waiting) {
 // nothing).
 func (g *Gate) releaseOrphans() {
 	g.mu.Lock()
-	todo, waits := g.orphans, g.unwaits
+	leases, waits := g.orphans, g.unwaits
 	g.orphans, g.unwaits = nil, nil
 	g.mu.Unlock()
-	for i, o := range todo {
-		if g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, o.backend, o.lease) }) != nil {
-			g.mu.Lock()
-			g.orphans = append(g.orphans, todo[i:]...)
-			g.unwaits = append(g.unwaits, waits...)
-			g.mu.Unlock()
-			return
+	leases = untilFailure(leases, func(o orphan) error {
+		return g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, o.backend, o.lease) })
+	})
+	if len(leases) == 0 { // the store answers: the waits too
+		waits = untilFailure(waits, func(w Waiting) error {
+			return g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, w) })
+		})
+	}
+	if len(leases)+len(waits) > 0 {
+		g.mu.Lock()
+		g.orphans = append(g.orphans, leases...)
+		g.unwaits = append(g.unwaits, waits...)
+		g.mu.Unlock()
+	}
+}
+
+// untilFailure makes call for each of items in turn and returns those
+// from the first whose call failed on (none when all succeeded).
+func untilFailure[T any](items []T, call func(T) error) []T {
+	for i, it := range items {
+		if call(it) != nil {
+			return items[i:]
 		}
 	}
-	for i, w := range waits {
-		if g.shared(func(ctx context.Context) error { return g.o.Shared.Unwait(ctx, g.o.Pool, w) }) != nil {
-			g.mu.Lock()
-			g.unwaits = append(g.unwaits, waits[i:]...)
-			g.mu.Unlock()
-			return
-		}
-	}
+	return nil
 }
 
 // Release gives the ticket's slot back, and binds the next waiting

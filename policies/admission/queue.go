@@ -162,14 +162,15 @@ func (q *Queue) Pop() *Item {
 // to its tenant.
 func (q *Queue) take(it *Item) {
 	q.Remove(it)
-	w := it.Weight
-	if w < 1 {
-		w = 1
-	}
 	lv := q.level(it.Class, it.TierPriority)
 	lv.vtime = max(lv.vtime, lv.served[it.Tenant])
-	lv.served[it.Tenant] += float64(it.Tokens) / w
+	lv.served[it.Tenant] += weighted(it.Tokens, it.Weight)
 }
+
+// weighted is what a request of tokens counts against its tenant's share
+// of service: its tokens over the tenant's weight (values below 1 count
+// as 1).
+func weighted(tokens int64, weight float64) float64 { return float64(tokens) / max(weight, 1) }
 
 // Remove takes it out of the queue (a client that left, a shed request);
 // it does nothing for an item not in the queue.
