@@ -112,6 +112,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		if err != nil {
 			return err
 		}
+		rec.admitted(ticket)
 		defer ticket.Release()
 		return rt.forward(w, r, rte, &preq, body, false, ticket, rec)
 	}
@@ -139,6 +140,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		rt.limiter.Settle(res, quota.Amount{Requests: 1}) // never ran: its tokens come back
 		return err
 	}
+	rec.admitted(ticket)
 	defer ticket.Release()
 	strip := false
 	if req.stream && !req.includeUsage {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/router/auth"
 	"github.com/sluice-llm/sluice/router/middleware"
 )
@@ -28,6 +29,10 @@ type requestRecord struct {
 	// sentAt when that attempt began; "" and zero when none was made.
 	backend string
 	sentAt  time.Time
+	// queued is how long the request waited in the admission queue, and
+	// gated whether it went through one (a route with a gate).
+	queued time.Duration
+	gated  bool
 	// out is the last attempt's outcome.
 	out backends.Outcome
 	// returned is set once the pipeline returned; a handler that ends
@@ -58,7 +63,8 @@ func (rec *requestRecord) inputTokens() int {
 
 // logRequest writes the request's one line: at Info, message "request",
 // with its ID, tenant, model, service class, the backend that answered,
-// the status, the tokens, the time to first token (streams only) and the
+// the status, the tokens, the time it waited in the admission queue (on a
+// route with admission), the time to first token (streams only) and the
 // latency. errCode is the OpenAI error code answered, "" for none.
 // Nothing in it is the client's own text except the request ID, which the
 // RequestID middleware accepts only when it is short printable ASCII.
@@ -82,10 +88,15 @@ func (rt *Router) logRequest(ctx context.Context, route string, status int, errC
 		slog.Int("input_tokens", rec.inputTokens()),
 		slog.Int("output_tokens", rec.out.CompletionTokens),
 		slog.Float64("latency_ms", millis(elapsed)),
+		{}, // queued_ms
 		{}, // ttft_ms
 		{}, // error
 	}
-	n := len(attrs) - 2
+	n := len(attrs) - 3
+	if rec.gated {
+		attrs[n] = slog.Float64("queued_ms", millis(rec.queued))
+		n++
+	}
 	if d := rec.ttft(); d > 0 {
 		attrs[n] = slog.Float64("ttft_ms", millis(d))
 		n++
@@ -99,3 +110,11 @@ func (rt *Router) logRequest(ctx context.Context, route string, status int, errC
 
 // millis is d in milliseconds, to the microsecond.
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// admitted notes the admission stage's ticket (nil on a route without a
+// gate): how long the request waited in the queue.
+func (rec *requestRecord) admitted(t *admission.Ticket) {
+	if t != nil {
+		rec.queued, rec.gated = t.Waited(), true
+	}
+}

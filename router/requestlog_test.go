@@ -231,3 +231,39 @@ func BenchmarkRequestLog(b *testing.B) {
 		}
 	})
 }
+
+// TestRequestLogSaysHowLongARequestQueued: on a route with admission each
+// request line has queued_ms, the time it waited for room; a request that
+// waits for another's slot shows its wait, one that found room at once
+// shows none.
+func TestRequestLogSaysHowLongARequestQueued(t *testing.T) {
+	w := startWorker(t, model, "l4-llama3-8b", 10)
+	var logs lockedBuffer
+	opts := router.Options{RequestLog: slog.New(slog.NewJSONHandler(&logs, nil))}
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 1})
+	c := s.client(t)
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(20)
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Chat.Completions.New(context.Background(), p, option.WithHeader("X-Request-Id", "req-first"))
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return s.endpoints[w.srv.URL].InFlight() == 1 }, 5*time.Second, time.Millisecond)
+	_, err := c.Chat.Completions.New(context.Background(), p, option.WithHeader("X-Request-Id", "req-second"))
+	require.NoError(t, err)
+	require.NoError(t, <-first)
+
+	one, two := requestLine(t, &logs, "req-first"), requestLine(t, &logs, "req-second")
+	require.Contains(t, one, "queued_ms")
+	assert.EqualValues(t, 0, one["queued_ms"], "room at once")
+	require.Contains(t, two, "queued_ms")
+	assert.Positive(t, two["queued_ms"], "it waited for the first's slot")
+	assert.LessOrEqual(t, two["queued_ms"], two["latency_ms"])
+
+	s2 := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c2 := s2.client(t)
+	_, err = c2.Chat.Completions.New(context.Background(), p, option.WithHeader("X-Request-Id", "req-ungated"))
+	require.NoError(t, err)
+	assert.NotContains(t, requestLine(t, &logs, "req-ungated"), "queued_ms", "no admission on the route")
+}
