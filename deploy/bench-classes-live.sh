@@ -22,7 +22,9 @@
 # SPEEDUP=1 LIGHT=0.5 OVER=1.3 REQUESTS=2000 MIX=priority=0.3,flex=0.7
 # TENANTS=heavy=10,light=1 H100_BUDGET= L4_BUDGET= (both set: these budgets
 # instead of the simulator's) PENDING_PREFILL= (admission.max_pending_prefill,
-# and simulate's --max-pending-prefill, e.g. 50ms; empty: off)
+# and simulate's --max-pending-prefill, e.g. 50ms, in simulated time: the
+# router's is this over SPEEDUP, since it measures prefill rates in wall time;
+# empty: off)
 # REPLICAS=1 REDIS_URL=redis://127.0.0.1:6379/0 RUNS="light over over-noadm"
 # BASE_PORT=19600 BIN=bin KEEP=1 (keep the run's files, with each load's
 # per-request outcomes, NAME-outcomes.csv)
@@ -90,7 +92,7 @@ config() { # admission on|off, router port, tenants (yes|no)
 	if [ "$REPLICAS" -gt 1 ] || [ -n "${PENDING_PREFILL:-}" ]; then
 		echo "    admission:"
 		if [ "$REPLICAS" -gt 1 ]; then echo "      replicas: $REPLICAS"; fi
-		if [ -n "${PENDING_PREFILL:-}" ]; then echo "      max_pending_prefill: $PENDING_PREFILL"; fi
+		if [ -n "${PENDING_PREFILL:-}" ]; then echo "      max_pending_prefill: $(wall_time "$PENDING_PREFILL")"; fi
 	fi
 	echo "    backends:"
 	local port=$BASE_PORT
@@ -104,6 +106,19 @@ config() { # admission on|off, router port, tenants (yes|no)
 		[ "$1" = on ] && echo "        max_in_flight: $L4_BUDGET"
 		port=$((port + 1))
 	done
+}
+
+# wall_time DURATION: a duration in simulated time as the wall-clock one at
+# SPEEDUP, in microseconds (e.g. 35ms at SPEEDUP=0.5: 70000us).
+wall_time() {
+	python3 - "$1" "$SPEEDUP" <<'PY'
+import re, sys
+m = re.fullmatch(r"([0-9.]+)(us|ms|s)", sys.argv[1])
+if not m:
+    sys.exit(f"bench-classes-live: cannot read duration {sys.argv[1]!r} (use e.g. 35ms)")
+us = float(m[1]) * {"us": 1, "ms": 1e3, "s": 1e6}[m[2]] / float(sys.argv[2])
+print(f"{round(us)}us")
+PY
 }
 
 tenant_names() { tr ',' '\n' <<<"$TENANTS" | cut -d= -f1; }
