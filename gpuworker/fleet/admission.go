@@ -110,6 +110,13 @@ type Admission struct {
 	// first. Zero means DefaultBatchPrefill; negative turns it off,
 	// leaving batch lines the room rules of their class.
 	BatchPrefill time.Duration
+	// SameStep binds the requests that a step's end made room for before
+	// the engine plans its next step, so that they join it: what a router
+	// with no delay between an engine's step and its answers' bytes could
+	// do. By default they are bound after, as the live router binds them
+	// (it learns of a first token or a finished answer once the engine
+	// has started its next step), and they start at the step after.
+	SameStep bool
 }
 
 // DefaultMaxWait is each class's longest wait by default: half a minute

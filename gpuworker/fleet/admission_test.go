@@ -201,6 +201,36 @@ func TestAdmissionBindsWhenTheSlotFrees(t *testing.T) {
 	assert.Equal(t, p.PrefillTime(3000, 0), b.TTFT-b.Held, "prefilled in the next step, alone")
 }
 
+// A request bound when a step's end freed its slot starts at the step after
+// the engine's next one, as the live router's does (it learns of the step's
+// answers once the engine has planned its next step); with SameStep it
+// joins the next one. Behind a budget of two, C waits for B's slot while A
+// keeps the engine decoding: C's first token comes one of A's decode steps
+// later than with SameStep, after the same wait in the queue.
+func TestAdmissionBindsAfterTheEnginePlannedItsNextStep(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b")
+	reqs := []workload.Request{
+		{Arrival: 0, PromptTokens: 1000, OutputTokens: 50},
+		{Arrival: time.Millisecond, PromptTokens: 1000, OutputTokens: 2},
+		{Arrival: 2 * time.Millisecond, PromptTokens: 3000, OutputTokens: 2},
+	}
+	run := func(same bool) Outcome {
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), Admission: &Admission{Budget: []int{2}, SameStep: same}}, reqs)
+		require.NoError(t, err)
+		for i, o := range res.Requests {
+			require.True(t, o.OK, "request %d: %s", i, o.Err)
+		}
+		return res.Requests[2]
+	}
+	live, same := run(false), run(true)
+	require.Positive(t, live.Held, "C waits for a slot")
+	assert.Equal(t, same.Held, live.Held, "bound at the same step's end")
+	p := spec.Profiles()[0]
+	lag := (live.TTFT - live.Held) - (same.TTFT - same.Held)
+	assert.GreaterOrEqual(t, lag, p.StepTime(1, 0), "a decode step of A's more")
+	assert.LessOrEqual(t, lag, p.StepTime(1, 1100)+time.Millisecond, "one decode step of A's, no more")
+}
+
 // The prefill bound: a worker with a step's worth of prompts bound and not
 // yet prefilled takes no more until they are, so a burst waits in the
 // queue, not in the engine.
@@ -246,7 +276,11 @@ func TestAdmissionPendingPrefillBound(t *testing.T) {
 		}
 		return res.Requests[1:] // the burst
 	}
-	timed, stepped := run(&Admission{PendingPrefill: bound}), run(&Admission{})
+	// SameStep: the pairs are bound as the step before them ends and join
+	// the next, so that the arithmetic is the bound's alone (in the live
+	// order each pair waits a step more, and its TTFTs lower the rate the
+	// bound is measured in).
+	timed, stepped := run(&Admission{PendingPrefill: bound, SameStep: true}), run(&Admission{SameStep: true})
 	// The burst's first starts alone on the idle worker; from then on its
 	// prompts are bound two at a time and prefilled two per step.
 	two := p.PrefillTime(2000, 0)

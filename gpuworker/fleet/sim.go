@@ -475,23 +475,34 @@ func (s *sim) prefilled(id int) {
 
 // step advances worker w to now, records its events and reschedules it.
 // With the oracle or admission, the step that ended is completed first
-// (freeing the finished requests' slots) and queued requests are bound
-// before the engine plans its next step, so they join it.
+// (freeing the finished requests' slots). The oracle then binds queued
+// requests before the engine plans its next step, so they join it; the
+// admission gate binds them after, as the live router does: it learns of
+// a step's first tokens and finished answers only once the engine has
+// started its next step, so what it binds then waits for the step after
+// (Admission.SameStep binds before, as the oracle).
 func (s *sim) step(w int, now int64) error {
-	if s.oracle != nil || s.adm != nil {
-		s.events = s.engines[w].Finish(epoch.Add(time.Duration(now)), s.events[:0])
-		for i := range s.events {
-			s.record(w, &s.events[i])
-		}
-		var err error
-		if s.oracle != nil {
-			err = s.oracle.plan(now, w)
-		} else {
-			err = s.adm.dispatch(now, w)
-		}
-		if err != nil {
+	if s.oracle == nil && s.adm == nil {
+		return s.advance(w, now)
+	}
+	s.events = s.engines[w].Finish(epoch.Add(time.Duration(now)), s.events[:0])
+	for i := range s.events {
+		s.record(w, &s.events[i])
+	}
+	switch {
+	case s.oracle != nil:
+		if err := s.oracle.plan(now, w); err != nil {
 			return err
 		}
+	case s.adm.opts.SameStep:
+		if err := s.adm.dispatch(now, w); err != nil {
+			return err
+		}
+	default:
+		if err := s.advance(w, now); err != nil {
+			return err
+		}
+		return s.adm.dispatch(now, -1)
 	}
 	return s.advance(w, now)
 }
