@@ -117,6 +117,14 @@ type Admission struct {
 	// (it learns of a first token or a finished answer once the engine
 	// has started its next step), and they start at the step after.
 	SameStep bool
+	// ReleaseAtStep, with PendingPrefill, counts a bound prompt toward the
+	// bound only until its worker's engine plans a step after it was bound
+	// (when its prefill starts, if the step's token budget takes it), not
+	// until its first token, so that the next prompt waits in the engine's
+	// queue for the step after. A what-if: the router counts prompts until
+	// their first token, as it cannot see an engine's steps (a router could
+	// read them from the token streams it relays).
+	ReleaseAtStep bool
 }
 
 // DefaultMaxWait is each class's longest wait by default: half a minute
@@ -264,6 +272,12 @@ type gate struct {
 	// pendingPrefill is Admission.PendingPrefill in seconds (0: off).
 	pendingPrefill float64
 	unfilled       []bool
+	// With Admission.ReleaseAtStep, fresh holds each worker's prompt tokens
+	// bound since its engine last planned a step, freshIDs their requests
+	// and freshOf marks them; nil otherwise.
+	fresh    []int64
+	freshIDs [][]int32
+	freshOf  []bool
 
 	// rate is each worker's prefill rate in tokens/s, detour the bound on
 	// a request's extra estimated wait (s; < 0 off), aside the requests
@@ -349,6 +363,9 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 		}
 	}
 	g.pendingPrefill = a.PendingPrefill.Seconds()
+	if a.ReleaseAtStep && g.pendingPrefill > 0 {
+		g.fresh, g.freshIDs, g.freshOf = make([]int64, n), make([][]int32, n), make([]bool, len(s.reqs))
+	}
 	if bp := cmp.Or(a.BatchPrefill, DefaultBatchPrefill); bp > 0 && s.batch != nil && s.confined(s.batch.first) {
 		g.batchMax, g.idleMax, g.others = make([]int64, n), make([]int64, n), make([]int, n)
 		for w := range g.batchMax {
@@ -459,6 +476,7 @@ func (g *gate) dispatch(now int64, self int) error {
 			if err := g.s.advance(w, now); err != nil {
 				return err
 			}
+			g.stepped(w)
 		}
 	}
 	g.track(now)
@@ -510,6 +528,11 @@ func (g *gate) bind(id int, now int64) (int, error) {
 	}
 	g.pending[w] += int64(s.reqs[id].PromptTokens)
 	g.unfilled[id] = true
+	if g.fresh != nil {
+		g.fresh[w] += int64(s.reqs[id].PromptTokens)
+		g.freshOf[id] = true
+		g.freshIDs[w] = append(g.freshIDs[w], int32(id))
+	}
 	r := &s.reqs[id]
 	ep := s.eps[replica][w]
 	s.att[id] = ep.Start(int64(r.PromptTokens), int64(r.PromptTokens+r.OutputTokens))
@@ -523,6 +546,10 @@ func (g *gate) prefilled(id int) {
 	if g.unfilled[id] {
 		g.unfilled[id] = false
 		g.pending[g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
+	}
+	if g.fresh != nil && g.freshOf[id] {
+		g.freshOf[id] = false
+		g.fresh[g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
 	}
 }
 
@@ -654,7 +681,11 @@ func (g *gate) hasRoom(w int, batch bool) bool {
 	if g.pendingPrefill > 0 && n > 0 {
 		// One prompt at a time before the first measurement, as the live
 		// gate (admission.Gate).
-		if p := float64(g.pending[w]); p >= g.measuredPrefill(w)*g.pendingPrefill && p > 0 {
+		p := float64(g.pending[w])
+		if g.fresh != nil {
+			p = float64(g.fresh[w])
+		}
+		if p >= g.measuredPrefill(w)*g.pendingPrefill && p > 0 {
 			return false
 		}
 	}
@@ -831,4 +862,18 @@ func (g *gate) waiting() int {
 		}
 	}
 	return n
+}
+
+// stepped notes that worker w's engine planned a step: with
+// Admission.ReleaseAtStep the prompts bound to it before no longer count
+// toward its prefill bound.
+func (g *gate) stepped(w int) {
+	if g.fresh == nil {
+		return
+	}
+	for _, id := range g.freshIDs[w] {
+		g.freshOf[id] = false
+	}
+	g.freshIDs[w] = g.freshIDs[w][:0]
+	g.fresh[w] = 0
 }

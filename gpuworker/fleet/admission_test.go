@@ -231,6 +231,37 @@ func TestAdmissionBindsAfterTheEnginePlannedItsNextStep(t *testing.T) {
 	assert.LessOrEqual(t, lag, p.StepTime(1, 1100)+time.Millisecond, "one decode step of A's, no more")
 }
 
+// ReleaseAtStep counts a bound prompt toward the prefill bound only until
+// its worker plans a step after it was bound: behind B, whose prompt fills
+// the bound, C is bound as B's prefill step begins and waits in the engine
+// for the next, where by default it is bound only at B's first token.
+func TestAdmissionReleaseAtStep(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b")
+	burst := 100 * time.Millisecond
+	reqs := []workload.Request{
+		{Arrival: 0, PromptTokens: 1000, OutputTokens: 40}, // measures the rate, then keeps the engine decoding
+		{Arrival: burst, PromptTokens: 2000, OutputTokens: 2},
+		{Arrival: burst, PromptTokens: 2000, OutputTokens: 2},
+	}
+	bound := spec.Profiles()[0].PrefillTime(1000, 0) // about 1,000 tokens at the measured rate: B alone fills it
+	run := func(release bool) (b, c Outcome) {
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1),
+			Admission: &Admission{PendingPrefill: bound, ReleaseAtStep: release}}, reqs)
+		require.NoError(t, err)
+		for i, o := range res.Requests {
+			require.True(t, o.OK, "request %d: %s", i, o.Err)
+		}
+		return res.Requests[1], res.Requests[2]
+	}
+	b, c := run(false)
+	require.Positive(t, c.Held, "C waits for room")
+	assert.GreaterOrEqual(t, c.Held, b.TTFT, "by default C is bound at B's first token")
+	b, c = run(true)
+	require.Positive(t, c.Held, "C waits for room")
+	assert.Less(t, c.Held, b.TTFT, "C is bound once B's prefill step began, before its first token")
+	assert.Greater(t, c.TTFT, b.TTFT, "and starts in the step after B's")
+}
+
 // The prefill bound: a worker with a step's worth of prompts bound and not
 // yet prefilled takes no more until they are, so a burst waits in the
 // queue, not in the engine.

@@ -502,9 +502,16 @@ func (s *sim) step(w int, now int64) error {
 		if err := s.advance(w, now); err != nil {
 			return err
 		}
+		s.adm.stepped(w)
 		return s.adm.dispatch(now, -1)
 	}
-	return s.advance(w, now)
+	if err := s.advance(w, now); err != nil {
+		return err
+	}
+	if s.adm != nil {
+		s.adm.stepped(w)
+	}
+	return nil
 }
 
 // advance runs worker w's engine up to now, records its events and puts it
