@@ -95,6 +95,7 @@ type Attempt struct {
 	prompt     int64
 	tokens     int64
 	ahead      int64
+	mark       uint64 // the endpoint's step marks when the prompt was sent (FreshPromptTokens)
 	prefilling bool
 	finished   bool
 	whole      *wholePrefill // StartWhole's; nil for Start's
@@ -109,6 +110,7 @@ func (e *Endpoint) Start(prompt, expected int64) Attempt {
 	e.Begin(expected)
 	a.ahead = e.PrefillAhead(prompt)
 	e.BeginPrefill(prompt)
+	a.mark = e.beginFresh(prompt)
 	return a
 }
 
@@ -127,11 +129,12 @@ func (e *Endpoint) StartWhole(prompt, expected int64) Attempt {
 	e.Begin(expected)
 	a.ahead = e.PrefillAhead(prompt)
 	e.BeginPrefill(prompt)
+	a.mark = e.beginFresh(prompt)
 	guess := wholePrefillGuess
 	if rate := e.PrefillTokensPerSec(); rate > 0 {
 		guess = time.Duration(float64(a.ahead+prompt) / rate * float64(time.Second))
 	}
-	w := &wholePrefill{}
+	w := &wholePrefill{mark: a.mark}
 	w.timer = time.AfterFunc(guess, func() { w.end(e, prompt) })
 	a.whole = w
 	return a
@@ -146,11 +149,13 @@ const wholePrefillGuess = time.Second
 type wholePrefill struct {
 	done  atomic.Bool
 	timer *time.Timer
+	mark  uint64
 }
 
 func (w *wholePrefill) end(e *Endpoint, prompt int64) {
 	if w.done.CompareAndSwap(false, true) {
 		e.EndPrefill(prompt)
+		e.endFresh(prompt, w.mark)
 	}
 }
 
@@ -170,6 +175,7 @@ func (a *Attempt) FirstToken(ttft time.Duration) {
 	}
 	a.prefilling = false
 	a.ep.EndPrefill(a.prompt)
+	a.ep.endFresh(a.prompt, a.mark)
 	if ttft > 0 && a.prompt > 0 {
 		a.ep.sig.streamTimed.Store(true)
 	}
@@ -219,6 +225,7 @@ func (a *Attempt) Finish(o Outcome) {
 	if a.prefilling {
 		a.prefilling = false
 		a.ep.EndPrefill(a.prompt)
+		a.ep.endFresh(a.prompt, a.mark)
 	}
 	if a.whole != nil {
 		a.whole.timer.Stop()

@@ -33,7 +33,8 @@ type Endpoint struct {
 	// its requests in flight finish.
 	drained atomic.Bool
 
-	sig signals
+	sig   signals
+	marks stepMarks
 }
 
 // NewEndpoint parses rawURL (an http or https base URL, no query) and returns

@@ -217,6 +217,15 @@ type Admission struct {
 	// classes and lighter tenants go first, and keeps engine steps short;
 	// at low load it can cost a step. Default 0: off.
 	MaxPendingPrefill Duration `yaml:"max_pending_prefill"`
+	// PendingUntilStep, with max_pending_prefill, counts a prompt toward
+	// it only until the backend's next engine step begins, as the bytes of
+	// the streams Sluice relays from it show, rather than until its own
+	// first token: the next prompt is sent to wait in the engine's queue
+	// and starts in the step after, where otherwise it is sent once the
+	// first token is back and the engine has already planned that step.
+	// It applies to each replica's own count; the count held together in
+	// Redis still ends at the first token. Default false.
+	PendingUntilStep bool `yaml:"pending_until_step"`
 	// BatchPrefill keeps Batch API lines in what other requests leave:
 	// while a backend has other requests in flight from this replica, it
 	// takes a batch line only if the prompt tokens awaiting prefill there,

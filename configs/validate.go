@@ -146,6 +146,9 @@ func (c *Config) Validate() error {
 		if a.MaxPendingPrefill < 0 {
 			bad(p+".max_pending_prefill", "must not be negative (0 is off), got %s", a.MaxPendingPrefill.Std())
 		}
+		if a.PendingUntilStep && a.MaxPendingPrefill <= 0 {
+			bad(p+".pending_until_step", "changes how max_pending_prefill counts prompts; set max_pending_prefill too")
+		}
 		if a.Replicas < 1 {
 			bad(p+".replicas", "must be at least 1, got %d", a.Replicas)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/router"
 	"github.com/sluice-llm/sluice/router/auth"
 )
@@ -256,5 +257,37 @@ func TestAdmissionRetryWaitsForRoom(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the retry was not bound after the slot freed")
+	}
+}
+
+// With pending_until_step the router marks a backend's steps from the
+// streams it relays: a prompt sent to it stops counting toward the
+// prefill bound once a stream from it delivers more bytes, though its own
+// first token has not come (here it never does: an attempt begun by hand).
+// Without the option nothing is marked.
+func TestRelayedStreamsMarkTheBackendsSteps(t *testing.T) {
+	for _, until := range []bool{true, false} {
+		w := startWorker(t, model, "l4-llama3-8b", 10)
+		s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 8,
+			pendingPrefill: time.Second, untilStep: until})
+		ep := s.endpoints[w.srv.URL]
+		p := chatParams(model)
+		p.MaxTokens = openai.Int(40)
+		c := s.client(t)
+		st := c.Chat.Completions.NewStreaming(context.Background(), p)
+		require.True(t, st.Next(), "the stream's first chunk: %v", st.Err())
+		sent := ep.Start(500, 600) // a prompt sent while the stream runs
+		assert.EqualValues(t, 500, ep.FreshPromptTokens())
+		for st.Next() {
+		}
+		require.NoError(t, st.Err())
+		require.NoError(t, st.Close())
+		assert.GreaterOrEqual(t, ep.PendingPromptTokens(), int64(500), "no first token of its own")
+		if until {
+			assert.Zero(t, ep.FreshPromptTokens(), "the stream's next bytes marked a step: the prompt is the engine's")
+		} else {
+			assert.EqualValues(t, 500, ep.FreshPromptTokens(), "no marks without pending_until_step")
+		}
+		sent.Finish(backends.Outcome{})
 	}
 }

@@ -310,6 +310,14 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		canRetry := attempt < rt.retries && others
 		rec.backend, rec.sentAt = ep.Address(), now
 		at := proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), Body: body, TurnBack: canRetry, FirstByteTimeout: fb}
+		if g := rte.Gate; g != nil && preq.Stream && g.MarksSteps() {
+			steps := ep.StepReader()
+			at.OnRead = func() {
+				if steps.Read() {
+					g.Room(ep.Address()) // the engine has the prompts sent before: the queue may send the next
+				}
+			}
+		}
 		aerr := rt.attempt(w, r, ep, preq, at, strip, out, done, ticket, attempt+1, retryReason)
 		if aerr == nil {
 			return nil

@@ -74,7 +74,11 @@ type routeSpec struct {
 	budget, queue int
 	// pendingPrompt, with a budget, is the gate's MaxPendingPrompt.
 	pendingPrompt int64
-	fallbacks     []string
+	// pendingPrefill, with a budget, is the gate's MaxPendingPrefill, and
+	// untilStep its PendingUntilStep.
+	pendingPrefill time.Duration
+	untilStep      bool
+	fallbacks      []string
 	// firstByte and total are the route's timeouts.
 	firstByte, total time.Duration
 }
@@ -108,6 +112,7 @@ func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice 
 			if sp.pendingPrompt > 0 {
 				o.MaxPendingPrompt = func(*backends.Endpoint) int64 { return sp.pendingPrompt }
 			}
+			o.MaxPendingPrefill, o.PendingUntilStep = sp.pendingPrefill, sp.untilStep
 			route.Gate, err = admission.NewGate(pool, picker, o)
 			require.NoError(t, err)
 			s.gates = append(s.gates, route.Gate)

@@ -151,6 +151,7 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		// Negative turns it off in both; zero cannot reach here (defaulted).
 		BatchPrefill:      m.Admission.BatchPrefill.Std(),
 		MaxPendingPrefill: m.Admission.MaxPendingPrefill.Std(),
+		PendingUntilStep:  m.Admission.PendingUntilStep,
 	}
 	if o.KVMax >= 1 {
 		o.KVMax = -1 // off

@@ -73,6 +73,14 @@ type Options struct {
 	// replicas counts only its own prompts and holds to its share, the
 	// bound divided by Replicas. 0 turns it off.
 	MaxPendingPrefill time.Duration
+	// PendingUntilStep counts a prompt toward MaxPendingPrefill only until
+	// its endpoint's next step mark (backends.Endpoint.FreshPromptTokens:
+	// the router marks a step at each read of a stream relayed from it),
+	// not until its first token, so that the next prompt waits in the
+	// engine's queue for the step after; the router wakes the queue at
+	// such a mark (Room). It changes this replica's own count only: with
+	// Shared each lease still carries its prompt until the first token.
+	PendingUntilStep bool
 	// BatchPrefill keeps batch requests (Request.Batch) to what other
 	// work leaves: while an endpoint has other requests in flight through
 	// this gate, it takes a batch request only if the prompt tokens
@@ -635,7 +643,11 @@ func (g *Gate) prefillRoom(e *backends.Endpoint, share int) bool {
 		// three replicas' priority p99 TTFT live was their first second's
 		// (1.2-2.2 s on L4s, against 0.4 s after).
 		bound := e.PrefillTokensPerSec() * d.Seconds() / float64(share)
-		if pending := float64(e.PendingPromptTokens() + g.unstarted[e]); pending >= bound && pending > 0 {
+		sent := e.PendingPromptTokens()
+		if g.o.PendingUntilStep {
+			sent = e.FreshPromptTokens()
+		}
+		if pending := float64(sent + g.unstarted[e]); pending >= bound && pending > 0 {
 			return false
 		}
 	}
@@ -982,6 +994,12 @@ func (g *Gate) Room(address string) {
 		g.dispatchLocked()
 	}
 }
+
+// MarksSteps reports whether the gate counts prompts until their
+// endpoint's next step mark (Options.PendingUntilStep with
+// MaxPendingPrefill): the router then marks steps from the streams it
+// relays and calls Room when a mark hands prompts to an engine.
+func (g *Gate) MarksSteps() bool { return g.o.PendingUntilStep && g.o.MaxPendingPrefill > 0 }
 
 // Waiting is how many requests wait (retries waiting to rebind included).
 func (g *Gate) Waiting() int {

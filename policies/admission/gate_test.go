@@ -590,3 +590,62 @@ func TestGateRequestsBehindOtherReplicasDoNotBlockOtherTenants(t *testing.T) {
 	cancel()
 	assert.ErrorIs(t, (<-held).err, context.Canceled, "it was not bound while held behind")
 }
+
+// With PendingUntilStep a prompt holds the prefill bound only until its
+// endpoint's next step mark: a request waiting behind a prompt that fills
+// the bound is bound at the mark (Room), before that prompt's first token.
+func TestGatePendingUntilStepFreesTheBoundAtTheNextStep(t *testing.T) {
+	g, e := oneEndpointGate(t, admission.Options{
+		Budget:            func(*backends.Endpoint) int { return 10 },
+		Patience:          time.Hour, // no looks: only Room and releases bind
+		KVMax:             -1,
+		MaxPendingPrefill: 100 * time.Millisecond,
+		PendingUntilStep:  true,
+	})
+	require.True(t, g.MarksSteps())
+	e.ObservePrefill(0, 1000, time.Second) // 1,000 tokens/s: the bound is 100 tokens
+	ctx := context.Background()
+	first, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	stream := e.StepReader() // another stream from the endpoint
+	require.False(t, stream.Read())
+	att := e.Start(500, 600) // fills the bound
+	second := queued(t, g, ctx, req(admission.Default, "x"))
+	select {
+	case r := <-second:
+		t.Fatalf("admitted with 500 fresh prompt tokens: %v", r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	require.True(t, stream.Read(), "the stream's next token marks a step: the prompt is the engine's")
+	g.Room(e.Address())
+	r := <-second
+	require.NoError(t, r.err, "bound before the first prompt's first token")
+	assert.EqualValues(t, 500, e.PendingPromptTokens(), "still pending, but in the engine's hands")
+	att.FirstToken(500 * time.Millisecond)
+	att.Finish(backends.Outcome{})
+	first.Release()
+	r.t.Release()
+
+	off, e2 := prefillGate(t, 1)
+	assert.False(t, off.MarksSteps())
+	one, err := off.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	stream2 := e2.StepReader()
+	require.False(t, stream2.Read())
+	att2 := e2.Start(500, 600)
+	held := queued(t, off, ctx, req(admission.Default, "x"))
+	require.True(t, stream2.Read())
+	off.Room(e2.Address())
+	select {
+	case r := <-held:
+		t.Fatalf("without PendingUntilStep a prompt holds the bound until its first token: %v", r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	att2.FirstToken(500 * time.Millisecond)
+	one.Prefilled()
+	r2 := <-held
+	require.NoError(t, r2.err)
+	att2.Finish(backends.Outcome{})
+	one.Release()
+	r2.t.Release()
+}

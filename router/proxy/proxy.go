@@ -142,6 +142,9 @@ type Attempt struct {
 	// as its context's cause. Zero or less means no limit beyond the
 	// transport's own.
 	FirstByteTimeout time.Duration
+	// OnRead, when set, is called after each read of a streamed answer's
+	// bytes from the backend (each ends an engine step there).
+	OnRead func()
 }
 
 // attempt is one Forward call's state. It is reached from the shared
@@ -294,7 +297,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 			res.Body = &a.stream // rare: the ReverseProxy relays trailers
 			return nil
 		}
-		a.writeErr = p.relay(a.w, res, &a.stream)
+		a.writeErr = p.relay(a.w, res, &a.stream, a.OnRead)
 		return errRelayed
 	}
 	return nil
@@ -306,7 +309,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 // headers at once: here they go out with the first event, in one write.
 // It returns the error of writing to the client, if any; the backend's
 // errors end the stream quietly (streamBody records them for cut).
-func (p *Proxy) relay(w http.ResponseWriter, res *http.Response, body *streamBody) error {
+func (p *Proxy) relay(w http.ResponseWriter, res *http.Response, body *streamBody, onRead func()) error {
 	h := w.Header()
 	for k, vv := range res.Header {
 		h[k] = append(h[k], vv...)
@@ -319,6 +322,9 @@ func (p *Proxy) relay(w http.ResponseWriter, res *http.Response, body *streamBod
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
+			if onRead != nil {
+				onRead()
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
