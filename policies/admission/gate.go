@@ -75,7 +75,8 @@ type Options struct {
 	MaxPendingPrefill time.Duration
 	// PendingUntilStep counts a prompt toward MaxPendingPrefill only until
 	// its endpoint's next step mark (backends.Endpoint.FreshPromptTokens:
-	// the router marks a step at each read of a stream relayed from it),
+	// the router marks steps from the streams it relays from the endpoint,
+	// backends.StepReader),
 	// not until its first token, so that the next prompt waits in the
 	// engine's queue for the step after; the router wakes the queue at
 	// such a mark (Room). It changes this replica's own count only: with
