@@ -21,12 +21,18 @@ import (
 // long stream holds its slot.
 func slowWorker(t *testing.T) (*gpuworker.Worker, string) {
 	t.Helper()
+	return slowWorkerBehind(t, func(h http.Handler) http.Handler { return h })
+}
+
+// slowWorkerBehind is slowWorker with its handler wrapped by wrap.
+func slowWorkerBehind(t *testing.T, wrap func(http.Handler) http.Handler) (*gpuworker.Worker, string) {
+	t.Helper()
 	w, err := gpuworker.New(gpuworker.Options{Model: "m", Profile: "h100-llama3-8b", Speedup: 1})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	srv := httptest.NewServer(w.Handler())
+	srv := httptest.NewServer(wrap(w.Handler()))
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return w, srv.URL
 }

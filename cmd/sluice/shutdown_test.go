@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,15 @@ import (
 // event telling the client the server is shutting down, a short request
 // in flight finishes, and the server returns cleanly.
 func TestShutdownEndsOpenStreamsWithAnErrorEvent(t *testing.T) {
-	_, url := slowWorker(t)
+	var arrived atomic.Int32 // requests Sluice forwarded to the worker
+	_, url := slowWorkerBehind(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/chat/completions" {
+				arrived.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
 	cfg := writeConfig(t, "listen: 127.0.0.1:0\nscrape:\n  enabled: false\nmodels:\n  - name: m\n    backends:\n      - url: "+url+"\n")
 	ctx, stop := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
@@ -44,7 +53,10 @@ func TestShutdownEndsOpenStreamsWithAnErrorEvent(t *testing.T) {
 			short <- err
 		}()
 	}
-	time.Sleep(50 * time.Millisecond) // they are in flight
+	// They are in flight: Sluice has sent them on. (A pause of 50 ms let
+	// SIGTERM come first for some under a loaded CI run, and those still
+	// in the listener's backlog were reset: EOF.)
+	require.Eventually(t, func() bool { return arrived.Load() >= n+1 }, 10*time.Second, time.Millisecond)
 	stop()
 	for st.Next() {
 	}
