@@ -74,13 +74,13 @@ type Options struct {
 	// bound divided by Replicas. 0 turns it off.
 	MaxPendingPrefill time.Duration
 	// PendingUntilStep counts a prompt toward MaxPendingPrefill only until
-	// its endpoint's next step mark (backends.Endpoint.FreshPromptTokens:
+	// its endpoint's next step mark (backends.Endpoint.FreshPromptTokens;
 	// the router marks steps from the streams it relays from the endpoint,
-	// backends.StepReader),
-	// not until its first token, so that the next prompt waits in the
-	// engine's queue for the step after; the router wakes the queue at
-	// such a mark (Room). It changes this replica's own count only: with
-	// Shared each lease still carries its prompt until the first token.
+	// backends.StepReader), not until its first token, so that the next
+	// prompt waits in the engine's queue for the step after; the router
+	// wakes the queue at such a mark (Room). It changes this replica's own
+	// count only: with Shared each lease still carries its prompt until
+	// the first token.
 	PendingUntilStep bool
 	// BatchPrefill keeps batch requests (Request.Batch) to what other
 	// work leaves: while an endpoint has other requests in flight through
