@@ -2,6 +2,7 @@ package scored
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -145,7 +146,7 @@ func TestNewRejectsBadParams(t *testing.T) {
 		{map[string]any{"scorers": []any{map[string]any{"type": "queue_depth", "slack": 1}}}, "scorers[0]: only the ttft scorer"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "budget_cap": 2}}}, "scorers[0]: only the ttft scorer"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "budget_cap": 0.5}}}, "scorers[0].budget_cap: want >= 1"},
-		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "max_delay": -1}}}, "scorers[0].max_delay: want >= 0"},
+		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "max_delay": math.Inf(1)}}}, "scorers[0].max_delay: want seconds"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "queue_depth", "max_delay": 1}}}, "scorers[0]: only the ttft scorer"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "bias": 3}}}, "bias"},
 		{map[string]any{"picker": "min"}, "picker"},
@@ -203,13 +204,14 @@ func TestTTFTScorerIgnoresAnOutlier(t *testing.T) {
 	// queue of requests, B 10 s with none, C 1,000 s (a stale, wildly low
 	// rate would look like this). Rated against the slowest, A and B would
 	// both score about 1 on ttft and B's empty queue would win; rated
-	// against the quickest, A's ten times shorter wait wins.
+	// against the quickest, A's ten times shorter wait wins. (Slack 0: the
+	// rating, not congested packing, is under test.)
 	eps := policytest.Build(t, policytest.Spec{InFlight: 100}, policytest.Spec{}, policytest.Spec{InFlight: 50})
 	for i, pending := range []int64{10_000, 100_000, 10_000_000} {
 		eps[i].ObservePrefill(0, 1000, 100*time.Millisecond)
 		eps[i].BeginPrefill(pending)
 	}
-	p := newBalancer(t, scorers(map[string]any{"type": "ttft", "weight": 2}, map[string]any{"type": "queue_depth"}))
+	p := newBalancer(t, scorers(map[string]any{"type": "ttft", "weight": 2, "slack": 0}, map[string]any{"type": "queue_depth"}))
 	c := policytest.Counts(t, p, &policies.Request{PromptTokens: 1}, eps, 20)
 	assert.Equal(t, 20, c[0], "%v", c)
 }
@@ -271,30 +273,44 @@ func TestTTFTScorerCongested(t *testing.T) {
 	eps := congestedFleet(t)
 	p := primed(scorers(map[string]any{"type": "ttft"}))
 
-	// A short prompt's budget, 0.51 s x (1 + 3 x 100/1,000), fits only the
+	// A short prompt's budget, 0.51 s x (1 + 5 x 100/1,000), fits only the
 	// least loaded endpoint.
 	assert.Equal(t, 0, pick(p, 100, eps))
-	// A long one may start up to 1 s x min(1 + 3 x 5, 6) = 6 s: it takes
-	// the fullest endpoint within that (2.5 s on the second; 6.5 s on the
-	// third is past the cap), leaving the short queue to short prompts.
-	assert.Equal(t, 1, pick(p, 5000, eps))
-	// A middling one (budget 0.6 s x 4 = 2.4 s) fits the second too.
+	// A long one may start up to 1 s x min(1 + 5 x 5, 8) = 8 s: it takes
+	// the fullest endpoint within that (6.5 s on the third), leaving the
+	// short queues to shorter prompts.
+	assert.Equal(t, 2, pick(p, 5000, eps))
+	// A middling one (budget 0.6 s x 6 = 3.6 s) fits the second, not the
+	// third (6.1 s).
 	assert.Equal(t, 1, pick(p, 1000, eps))
 
-	// max_delay 1 s bounds that budget to 1 + 1 = 2 s: the least loaded;
-	// 2 s allows 3 s, so the second again.
+	// A budget cap of 6 stops the long one short of the third.
+	p = primed(scorers(map[string]any{"type": "ttft", "budget_cap": 6}))
+	assert.Equal(t, 1, pick(p, 5000, eps))
+	// max_delay 1 s bounds its budget to 1 + 1 = 2 s: the least loaded;
+	// 2 s allows 3 s, so the second.
 	p = primed(scorers(map[string]any{"type": "ttft", "max_delay": 1}))
 	assert.Equal(t, 0, pick(p, 5000, eps))
 	p = primed(scorers(map[string]any{"type": "ttft", "max_delay": 2}))
 	assert.Equal(t, 1, pick(p, 5000, eps))
-
-	// Without the cap (1 + 3 x 5 = 16 s) the long one takes the fullest.
-	p = primed(scorers(map[string]any{"type": "ttft", "budget_cap": 100}))
-	assert.Equal(t, 2, pick(p, 5000, eps))
 	// With slack 2 a middling one (budget 0.6 s x 3 = 1.8 s) fits none but
 	// the first; 2.1 s on the second is past it.
 	p = primed(scorers(map[string]any{"type": "ttft", "slack": 2}))
 	assert.Equal(t, 0, pick(p, 1000, eps))
+
+	// In a deep burst the default max delay, 14 s, binds before the cap:
+	// queues of 10 s and 25 s give the long prompt 10.5 s and 25.5 s, a
+	// budget of min(10.5 s x 8, 10.5 s + 14 s) = 24.5 s, so the quickest;
+	// with no bound (negative) 84 s, so the fuller.
+	deep := policytest.Build(t, policytest.Spec{}, policytest.Spec{})
+	for i, pending := range []int64{100_000, 250_000} {
+		deep[i].ObservePrefill(0, 1000, 100*time.Millisecond)
+		deep[i].BeginPrefill(pending)
+	}
+	p = primed(scorers(map[string]any{"type": "ttft"}))
+	assert.Equal(t, 0, pick(p, 5000, deep))
+	p = primed(scorers(map[string]any{"type": "ttft", "max_delay": -1}))
+	assert.Equal(t, 1, pick(p, 5000, deep))
 
 	// Without slack, every prompt goes where it starts soonest.
 	p = primed(scorers(map[string]any{"type": "ttft", "slack": 0}))

@@ -178,19 +178,18 @@ func (s *ttftScorer) finish(p *pick) {
 // the congestion threshold), (m+1)/(est+1) for a candidate where the
 // request's expected TTFT is est seconds. Congested, the request may start
 // up to budget = m x min(1 + slack x prompt/mean prompt, budgetCap)
-// seconds (and at most m + maxDelay when that is set): a candidate
-// within the budget rates 0.5 + 0.5 x est/budget, so the fullest one that
-// still meets it wins, and one past it half its uncongested rating. Under a
-// burst this keeps the least loaded endpoints for the requests that need
-// them, the short ones, while long ones, whose own prefill dwarfs a wait,
-// take the later slots: it acts as shortest-job-first with aging would in
-// one queue, on endpoints that serve their own queues first come, first
-// served. On the Azure code trace at 0.8 x capacity over H100s and L4s it
-// halved the median TTFT and doubled goodput against rating by expected
-// TTFT alone, for a p99 still under least_request's and p2c's. Without the
-// cap the longest prompts could wait many times m, and they made the p99:
-// capping the budget at 6 m (with slack 3) took that run's p99 from 27 s to
-// 23 s and kept its median and goodput (DefaultBudgetCap).
+// seconds, and at most m + maxDelay (unless maxDelay is negative): a
+// candidate within the budget rates 0.5 + 0.5 x est/budget, so the fullest
+// one that still meets it wins, and one past it half its uncongested
+// rating. Under a burst this keeps the least loaded endpoints for the
+// requests that need them, the short ones, while long ones, whose own
+// prefill dwarfs a wait, take the later slots: it acts as shortest-job-first
+// with aging would in one queue, on endpoints that serve their own queues
+// first come, first served. On the Azure code trace at 0.8 x capacity over
+// H100s and L4s it halved the median TTFT and doubled goodput against
+// rating by expected TTFT alone. The longest prompts' waits make the p99:
+// the budget cap bounds them in multiples of m, the max delay in seconds
+// for the deep bursts where m itself is seconds (see DefaultScorers).
 func (s *ttftScorer) rate(p *pick, e *backends.Endpoint) float64 {
 	est := expectedTTFT(e, p)
 	m := p.minTTFT
@@ -199,7 +198,7 @@ func (s *ttftScorer) rate(p *pick, e *backends.Endpoint) float64 {
 		return x // p.pknown == 0: nothing measured, so m is tokens, not seconds
 	}
 	budget := m * min(1+s.slack*float64(p.prompt)/p.meanPrompt, s.budgetCap)
-	if s.maxDelay > 0 {
+	if s.maxDelay >= 0 {
 		budget = min(budget, m+s.maxDelay)
 	}
 	if est <= budget {
