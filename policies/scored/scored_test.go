@@ -276,7 +276,7 @@ func TestTTFTScorerCongested(t *testing.T) {
 	// A short prompt's budget, 0.51 s x (1 + 5 x 100/1,000), fits only the
 	// least loaded endpoint.
 	assert.Equal(t, 0, pick(p, 100, eps))
-	// A long one may start up to 1 s x min(1 + 5 x 5, 8) = 8 s: it takes
+	// A long one may start up to 1 s x min(1 + 5 x 5, 7) = 7 s: it takes
 	// the fullest endpoint within that (6.5 s on the third), leaving the
 	// short queues to shorter prompts.
 	assert.Equal(t, 2, pick(p, 5000, eps))
@@ -298,12 +298,12 @@ func TestTTFTScorerCongested(t *testing.T) {
 	p = primed(scorers(map[string]any{"type": "ttft", "slack": 2}))
 	assert.Equal(t, 0, pick(p, 1000, eps))
 
-	// In a deep burst the default max delay, 14 s, binds before the cap:
-	// queues of 10 s and 25 s give the long prompt 10.5 s and 25.5 s, a
-	// budget of min(10.5 s x 8, 10.5 s + 14 s) = 24.5 s, so the quickest;
-	// with no bound (negative) 84 s, so the fuller.
+	// In a deep burst the default max delay, 16 s, binds before the cap:
+	// queues of 10 s and 27 s give the long prompt 10.5 s and 27.5 s, a
+	// budget of min(10.5 s x 7, 10.5 s + 16 s) = 26.5 s, so the quickest;
+	// with no bound (negative) 73.5 s, so the fuller.
 	deep := policytest.Build(t, policytest.Spec{}, policytest.Spec{})
-	for i, pending := range []int64{100_000, 250_000} {
+	for i, pending := range []int64{100_000, 270_000} {
 		deep[i].ObservePrefill(0, 1000, 100*time.Millisecond)
 		deep[i].BeginPrefill(pending)
 	}
