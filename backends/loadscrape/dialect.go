@@ -116,14 +116,13 @@ var known = func() map[string]bool {
 	return m
 }()
 
-// keepKnown returns the lines of a text exposition that belong to a
-// metric some dialect reads (its samples and its # HELP and # TYPE lines)
+// keepKnown appends to dst the lines of a text exposition that belong to
+// a metric some dialect reads (its samples and its # HELP and # TYPE lines)
 // and drops the rest, so that the parser works on a few lines instead of
 // an engine's histogram buckets: a gpuworker's 9 KB page took 246 µs and
 // 2,914 allocations to parse whole, 21 µs and 115 kept
 // (BenchmarkParsePage), at ten scrapes a second per backend.
-func keepKnown(page []byte) []byte {
-	var dst []byte
+func keepKnown(dst, page []byte) []byte {
 	for len(page) > 0 {
 		line := page
 		if i := bytes.IndexByte(page, '\n'); i >= 0 {

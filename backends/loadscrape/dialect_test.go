@@ -102,7 +102,7 @@ vllm:num_requests_running_total 99
 
   vllm:num_requests_waiting 2
 vllm:kv_cache_usage_perc{engine="0"} 0.5`
-	got := string(keepKnown([]byte(page)))
+	got := string(keepKnown(nil, []byte(page)))
 	assert.Equal(t, `# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="m"} 3
@@ -126,7 +126,7 @@ func BenchmarkParsePage(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		keep func([]byte) []byte
-	}{{"whole", func(p []byte) []byte { return p }}, {"kept", func(p []byte) []byte { return keepKnown(p) }}} {
+	}{{"whole", func(p []byte) []byte { return p }}, {"kept", func(p []byte) []byte { return keepKnown(nil, p) }}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -161,6 +161,13 @@ type target struct {
 	url     string
 	dialect atomic.Int32 // index into dialects, -1 until detected
 	failing bool
+
+	// Kept from one scrape to the next, so that a scrape reuses its
+	// buffers instead of allocating a page's worth every interval.
+	page   bytes.Buffer
+	kept   []byte
+	in     bytes.Reader
+	parser expfmt.TextParser // not safe for concurrent use: one scrape at a time per target
 }
 
 // Dialect is the metrics dialect detected for e, or "" when e is not
@@ -230,7 +237,7 @@ func (s *Scraper) retarget(eps *[]*backends.Endpoint, old map[*backends.Endpoint
 			u := *e.URL()
 			u.Path += s.path
 			u.RawPath = ""
-			t = &target{ep: e, url: u.String()}
+			t = &target{ep: e, url: u.String(), parser: expfmt.NewTextParser(model.UTF8Validation)}
 			t.dialect.Store(-1)
 		}
 		next[e] = t
@@ -335,13 +342,14 @@ func (s *Scraper) fetch(ctx context.Context, t *target) (*backends.Load, error) 
 	if res.StatusCode != http.StatusOK {
 		return fail(fmt.Errorf("status %d", res.StatusCode))
 	}
-	page, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
-	if err != nil {
+	t.page.Reset()
+	if _, err := t.page.ReadFrom(io.LimitReader(res.Body, maxBody)); err != nil {
 		return fail(err)
 	}
 	at := s.now()
-	parser := expfmt.NewTextParser(model.UTF8Validation) // not safe for concurrent use: one per scrape
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(keepKnown(page)))
+	t.kept = keepKnown(t.kept[:0], t.page.Bytes())
+	t.in.Reset(t.kept)
+	fams, err := t.parser.TextToMetricFamilies(&t.in)
 	if err != nil {
 		return fail(fmt.Errorf("parse: %w", err))
 	}
