@@ -29,6 +29,9 @@ const (
 	DefaultConcurrency = 16
 	// maxBody caps what one scrape reads; an engine's /metrics is tens of KiB.
 	maxBody = 4 << 20
+	// maxKeptPage is the largest page buffer a target keeps for its next
+	// scrape.
+	maxKeptPage = 256 << 10
 )
 
 // Options configures a Scraper. Zero fields take the documented defaults.
@@ -348,6 +351,9 @@ func (s *Scraper) fetch(ctx context.Context, t *target) (*backends.Load, error) 
 	}
 	at := s.now()
 	t.kept = keepKnown(t.kept[:0], t.page.Bytes())
+	if t.page.Cap() > maxKeptPage {
+		t.page = bytes.Buffer{} // a rare huge page is not held between scrapes
+	}
 	t.in.Reset(t.kept)
 	fams, err := t.parser.TextToMetricFamilies(&t.in)
 	if err != nil {
