@@ -46,6 +46,16 @@ func (r *StepReader) Read() bool {
 	return handed
 }
 
+// StepMarks is how many steps the endpoint's streams have marked so far
+// (StepReader): a prompt sent when it read m was handed to the engine once
+// it reads more than m.
+func (e *Endpoint) StepMarks() uint64 {
+	m := &e.marks
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.steps
+}
+
 // FreshPromptTokens is the prompt tokens of the requests this replica sent
 // to the endpoint since its last step mark (StepReader) that have not
 // produced a first token yet: the prefill its engine has not had a step to

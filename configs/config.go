@@ -223,8 +223,9 @@ type Admission struct {
 	// first token: the next prompt is sent to wait in the engine's queue
 	// and starts in the step after, where otherwise it is sent once the
 	// first token is back and the engine has already planned that step.
-	// It applies to each replica's own count; the count held together in
-	// Redis still ends at the first token. Default false.
+	// With Redis the replicas' common count ends there too: the replica
+	// that sent the prompts tells Redis at the step, in one call for all
+	// of them. Default false.
 	PendingUntilStep bool `yaml:"pending_until_step"`
 	// BatchPrefill keeps Batch API lines in what other requests leave:
 	// while a backend has other requests in flight from this replica, it

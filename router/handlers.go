@@ -314,7 +314,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 			steps := ep.StepReader()
 			at.OnRead = func() {
 				if steps.Read() {
-					g.Room(ep.Address()) // the engine has the prompts sent before: the queue may send the next
+					g.Stepped(ep) // the engine has the prompts sent before: the queue may send the next
 				}
 			}
 		}

@@ -40,9 +40,9 @@ func (s *timedSlots) Acquire(ctx context.Context, l admission.Lease) (admission.
 	return s.next.Acquire(ctx, l)
 }
 
-func (s *timedSlots) Prefilled(ctx context.Context, pool, backend, lease string) error {
+func (s *timedSlots) Prefilled(ctx context.Context, pool, backend string, leases ...string) error {
 	defer since(s.prefilled, time.Now())
-	return s.next.Prefilled(ctx, pool, backend, lease)
+	return s.next.Prefilled(ctx, pool, backend, leases...)
 }
 
 func (s *timedSlots) Release(ctx context.Context, pool, backend, lease string) error {

@@ -78,9 +78,9 @@ type Options struct {
 	// the router marks steps from the streams it relays from the endpoint,
 	// backends.StepReader), not until its first token, so that the next
 	// prompt waits in the engine's queue for the step after; the router
-	// wakes the queue at such a mark (Room). It changes this replica's own
-	// count only: with Shared each lease still carries its prompt until
-	// the first token.
+	// wakes the queue at such a mark (Stepped). With Shared the leases of
+	// the prompts this replica sent there before the mark stop carrying
+	// them at the mark too, in one call to the store.
 	PendingUntilStep bool
 	// BatchPrefill keeps batch requests (Request.Batch) to what other
 	// work leaves: while an endpoint has other requests in flight through
@@ -169,7 +169,12 @@ type Gate struct {
 	// Kept only with those bounds (tracksPending).
 	unstarted map[*backends.Endpoint]int64
 	full      map[*backends.Endpoint]time.Time // shared store said full, until
-	scratch   []*backends.Endpoint
+	// handing holds, per endpoint, the started tickets whose leases carry
+	// their prompts in the shared store, with the endpoint's step marks
+	// when each started: a later mark hands the prompt to the engine
+	// (Stepped). Kept only when handsShared.
+	handing map[*backends.Endpoint]map[*Ticket]uint64
+	scratch []*backends.Endpoint
 	// orphans are leases whose Acquire failed (a deadline, say) after the
 	// store may have granted them; each is released with the next release
 	// that reaches the store, so a slow store does not strand slots until
@@ -221,7 +226,8 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 		return nil, fmt.Errorf("admission: lease prefix: %w", err)
 	}
 	return &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
-		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint]time.Time{}, now: time.Now}, nil
+		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint]time.Time{},
+		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now}, nil
 }
 
 // Ticket is an admitted request's hold on its endpoint; Release it once
@@ -238,9 +244,10 @@ type Ticket struct {
 	released bool
 	prompt   int64 // the request's prompt tokens, in Gate.unstarted until started
 	started  bool  // the attempt on ep has started (or nothing is tracked)
-	// prefilled: the shared store was told that the lease's prompt is
-	// past its first token.
-	prefilled bool
+	// prefilled: the shared store was told, or is being told, that the
+	// lease's prompt is past its first token or in its engine's hands
+	// (Stepped, on another stream's goroutine).
+	prefilled atomic.Bool
 }
 
 // Endpoint is where the request is bound.
@@ -827,6 +834,11 @@ func (t *Ticket) Release() {
 	}
 	t.released = true
 	t.Started() // if it never started, its prompt leaves the count
+	if t.g.handsShared() {
+		t.g.mu.Lock()
+		t.g.unhandLocked(t)
+		t.g.mu.Unlock()
+	}
 	t.g.release(t.ep, t.lease, t.batch)
 }
 
@@ -838,9 +850,32 @@ func (t *Ticket) Started() {
 		return
 	}
 	t.started = true
-	t.g.mu.Lock()
-	t.g.startedLocked(t.ep, t.prompt)
-	t.g.mu.Unlock()
+	g := t.g
+	g.mu.Lock()
+	g.startedLocked(t.ep, t.prompt)
+	if g.handsShared() && !t.released && t.lease != "" && !t.prefilled.Load() {
+		h := g.handing[t.ep]
+		if h == nil {
+			h = map[*Ticket]uint64{}
+			g.handing[t.ep] = h
+		}
+		h[t] = t.ep.StepMarks()
+	}
+	g.mu.Unlock()
+}
+
+// handsShared reports whether a step mark ends the prompts' count in the
+// shared store (PendingUntilStep with Shared).
+func (g *Gate) handsShared() bool { return g.MarksSteps() && g.o.Shared != nil }
+
+// unhandLocked forgets t's place in handing.
+func (g *Gate) unhandLocked(t *Ticket) {
+	if h := g.handing[t.ep]; h != nil {
+		delete(h, t)
+		if len(h) == 0 {
+			delete(g.handing, t.ep)
+		}
+	}
 }
 
 // Prefilled tells the gate that the ticket's request has its first token,
@@ -857,11 +892,11 @@ func (t *Ticket) Prefilled() {
 	if g.o.MaxPendingPrompt == nil && g.o.MaxPendingPrefill <= 0 && g.o.BatchPrefill <= 0 {
 		return
 	}
-	if g.sharesPrefill() && t.lease != "" && !t.prefilled {
-		t.prefilled = true
+	if g.sharesPrefill() && t.lease != "" && t.prefilled.CompareAndSwap(false, true) {
 		_ = g.shared(func(ctx context.Context) error { return g.o.Shared.Prefilled(ctx, g.o.Pool, t.ep.Address(), t.lease) })
 	}
 	g.mu.Lock()
+	g.unhandLocked(t)
 	delete(g.full, t.ep) // its prefill room grew
 	if g.q.Len()+len(g.aside)+len(g.rebinds) > 0 {
 		g.dispatchLocked()
@@ -899,7 +934,9 @@ func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude 
 	if !t.started {
 		g.startedLocked(old, t.prompt)
 	}
-	t.ep, t.lease, t.prefilled = ep, lease, false
+	g.unhandLocked(t)
+	t.ep, t.lease = ep, lease
+	t.prefilled.Store(false)
 	t.prompt, t.started = promptOf(routing), !g.tracksPending()
 	g.mu.Unlock()
 	g.release(old, oldLease, t.batch)
@@ -996,10 +1033,48 @@ func (g *Gate) Room(address string) {
 	}
 }
 
+// Stepped tells the gate that a stream relayed from ep marked an engine
+// step that handed the engine the prompts sent there before it
+// (backends.StepReader.Read reported so). With a shared store the leases
+// of this replica's prompts sent before the mark stop carrying them, in
+// one call, so the replicas' common bound frees at the step as this
+// replica's own count does; then the requests waiting here look for the
+// room at once (Room). The call is made on the goroutine of the stream
+// that marked the step, after its bytes were relayed; when it fails, each
+// prompt's count in the store ends at its first token instead (or with
+// its lease).
+func (g *Gate) Stepped(ep *backends.Endpoint) {
+	if g.handsShared() {
+		g.mu.Lock()
+		mark := ep.StepMarks()
+		var handed []*Ticket
+		leases := make([]string, 0, len(g.handing[ep]))
+		for t, at := range g.handing[ep] {
+			if at >= mark {
+				continue // sent after the mark: the engine's next step takes it up
+			}
+			g.unhandLocked(t)
+			if t.prefilled.CompareAndSwap(false, true) {
+				handed, leases = append(handed, t), append(leases, t.lease)
+			}
+		}
+		g.mu.Unlock()
+		if len(leases) > 0 {
+			err := g.shared(func(ctx context.Context) error { return g.o.Shared.Prefilled(ctx, g.o.Pool, ep.Address(), leases...) })
+			if err != nil {
+				for _, t := range handed {
+					t.prefilled.Store(false) // told at the first token, or freed at the end, then
+				}
+			}
+		}
+	}
+	g.Room(ep.Address())
+}
+
 // MarksSteps reports whether the gate counts prompts until their
 // endpoint's next step mark (Options.PendingUntilStep with
 // MaxPendingPrefill): the router then marks steps from the streams it
-// relays and calls Room when a mark hands prompts to an engine.
+// relays and calls Stepped when a mark hands prompts to an engine.
 func (g *Gate) MarksSteps() bool { return g.o.PendingUntilStep && g.o.MaxPendingPrefill > 0 }
 
 // Waiting is how many requests wait (retries waiting to rebind included).

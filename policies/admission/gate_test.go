@@ -557,11 +557,11 @@ func (s behindSlots) Acquire(_ context.Context, l admission.Lease) (admission.Gr
 	}
 	return admission.Granted, nil
 }
-func (behindSlots) Release(context.Context, string, string, string) error   { return nil }
-func (behindSlots) Prefilled(context.Context, string, string, string) error { return nil }
-func (behindSlots) Wait(context.Context, string, admission.Waiting) error   { return nil }
-func (behindSlots) Unwait(context.Context, string, admission.Waiting) error { return nil }
-func (behindSlots) Beat(context.Context, string, string) error              { return nil }
+func (behindSlots) Release(context.Context, string, string, string) error      { return nil }
+func (behindSlots) Prefilled(context.Context, string, string, ...string) error { return nil }
+func (behindSlots) Wait(context.Context, string, admission.Waiting) error      { return nil }
+func (behindSlots) Unwait(context.Context, string, admission.Waiting) error    { return nil }
+func (behindSlots) Beat(context.Context, string, string) error                 { return nil }
 
 // A request held behind its tenant's earlier ones on other replicas does
 // not hold up the other tenants' requests queued behind it here: stopping

@@ -25,9 +25,10 @@ type Slots interface {
 	Acquire(ctx context.Context, l Lease) (Grant, error)
 	// Release frees a lease (and its pending prompt).
 	Release(ctx context.Context, pool, backend, lease string) error
-	// Prefilled ends a lease's pending prompt: its request has its first
-	// token.
-	Prefilled(ctx context.Context, pool, backend, lease string) error
+	// Prefilled ends the pending prompts of leases on backend, in one
+	// round trip: each request has its first token, or its backend's
+	// engine has taken its prompt up (Options.PendingUntilStep).
+	Prefilled(ctx context.Context, pool, backend string, leases ...string) error
 	// Wait records that w waits on pool; Unwait removes it.
 	Wait(ctx context.Context, pool string, w Waiting) error
 	Unwait(ctx context.Context, pool string, w Waiting) error

@@ -143,7 +143,8 @@ type Attempt struct {
 	// transport's own.
 	FirstByteTimeout time.Duration
 	// OnRead, when set, is called after each read of a streamed answer's
-	// bytes from the backend (each ends an engine step there).
+	// bytes from the backend (each ends an engine step there), once those
+	// bytes are relayed to the client.
 	OnRead func()
 }
 
@@ -322,13 +323,13 @@ func (p *Proxy) relay(w http.ResponseWriter, res *http.Response, body *streamBod
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			if onRead != nil {
-				onRead()
-			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
 			_ = rc.Flush() // as the ReverseProxy: a failed connection fails the next Write
+			if onRead != nil {
+				onRead() // after the bytes went: it may make a round trip to the shared store
+			}
 		}
 		if err != nil {
 			return nil // io.EOF: streamBody turns every error into it

@@ -252,9 +252,12 @@ func (s *Slots) Release(ctx context.Context, pool, backend, lease string) error 
 }
 
 // Prefilled implements admission.Slots; it tells the replicas' Watch.
-func (s *Slots) Prefilled(ctx context.Context, pool, backend, lease string) error {
+func (s *Slots) Prefilled(ctx context.Context, pool, backend string, leases ...string) error {
+	if len(leases) == 0 {
+		return nil
+	}
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, s.prompts(pool, backend), lease)
+		p.HDel(ctx, s.prompts(pool, backend), leases...)
 		p.Publish(ctx, s.roomChannel(), pool+"\x00"+backend)
 		return nil
 	})

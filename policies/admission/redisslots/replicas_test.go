@@ -29,8 +29,9 @@ func replicaGate(t *testing.T, store admission.Slots, addr string) *admission.Ga
 
 // sharedGate is one replica's gate over the backend at addr (measured at
 // 1,000 prefill tokens/s) in pool m of store, with a budget, a patience
-// and a prefill bound (0: none), for three replicas.
-func sharedGate(t *testing.T, store admission.Slots, addr string, budget int, patience, prefill time.Duration) *admission.Gate {
+// and a prefill bound (0: none), for three replicas; more changes the
+// options further.
+func sharedGate(t *testing.T, store admission.Slots, addr string, budget int, patience, prefill time.Duration, more ...func(*admission.Options)) *admission.Gate {
 	t.Helper()
 	e, err := backends.NewEndpoint(addr, 1)
 	require.NoError(t, err)
@@ -39,11 +40,15 @@ func sharedGate(t *testing.T, store admission.Slots, addr string, budget int, pa
 	require.NoError(t, err)
 	rr, err := roundrobin.New(nil)
 	require.NoError(t, err)
-	g, err := admission.NewGate(pool, rr, admission.Options{
+	o := admission.Options{
 		Budget: func(*backends.Endpoint) int { return budget },
 		Shared: store, Pool: "m", Replicas: 3, LeaseTTL: time.Hour,
 		Patience: patience, KVMax: -1, MaxPendingPrefill: prefill,
-	})
+	}
+	for _, f := range more {
+		f(&o)
+	}
+	g, err := admission.NewGate(pool, rr, o)
 	require.NoError(t, err)
 	return g
 }
@@ -150,6 +155,96 @@ func TestReplicasHoldThePrefillBoundTogether(t *testing.T) {
 	pending, err = store.PendingPrompt(ctx, "m", addr)
 	require.NoError(t, err)
 	assert.Zero(t, pending)
+	n, err := store.Leases(ctx, "m", addr, time.Now())
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+// With pending_until_step the replicas' common prefill bound frees at the
+// engine's next step, as each replica's own count does: a stream relayed
+// from the backend marks the step that takes the first prompt up, and the
+// replica that sent it tells the store then, in one call for all its
+// prompts sent before the mark, not at their first tokens. A prompt sent
+// after the mark still counts, and a first token after the mark makes no
+// second call.
+func TestReplicasFreeThePrefillBoundAtTheNextStep(t *testing.T) {
+	store := newSlots(t)
+	const addr = "http://10.0.0.9:8000"
+	untilStep := func(o *admission.Options) { o.PendingUntilStep = true }
+	gates := make([]*admission.Gate, 3)
+	for i := range gates {
+		gates[i] = sharedGate(t, store, addr, 10, 10*time.Millisecond, 100*time.Millisecond, untilStep)
+		require.True(t, gates[i].MarksSteps())
+	}
+	ctx := context.Background()
+	pending := func() int64 {
+		n, err := store.PendingPrompt(ctx, "m", addr)
+		require.NoError(t, err)
+		return n
+	}
+	// Replica 0 has a stream running on the backend, and sends it two
+	// prompts that fill the bound.
+	running, err := gates[0].Admit(ctx, stream(1))
+	require.NoError(t, err)
+	e := running.Endpoint()
+	runAtt := e.Start(1, 2)
+	running.Started()
+	runAtt.FirstToken(time.Millisecond)
+	running.Prefilled()
+	steps := e.StepReader()
+	require.False(t, steps.Read(), "the stream's first read is of the step already marked")
+	var sent []*admission.Ticket
+	var atts []backends.Attempt
+	for range 2 {
+		tk, err := gates[0].Admit(ctx, stream(60))
+		require.NoError(t, err)
+		atts = append(atts, e.Start(60, 70))
+		tk.Started()
+		sent = append(sent, tk)
+	}
+	require.EqualValues(t, 120, pending())
+	var waits []<-chan admitted
+	for _, g := range gates[1:] {
+		waits = append(waits, admitLater(t, g, stream(40)))
+	}
+	time.Sleep(50 * time.Millisecond) // five looks for room by each replica
+	for i, g := range gates[1:] {
+		assert.Equal(t, 1, g.Waiting(), "replica %d bound a prompt over the bound", i+1)
+	}
+
+	// The stream's next token marks the step that took both prompts up.
+	require.True(t, steps.Read())
+	gates[0].Stepped(e)
+	assert.Zero(t, pending(), "both prompts are the engine's: the store holds none of them")
+	var late []*admission.Ticket
+	for _, ch := range waits {
+		late = append(late, boundSoon(t, ch, "after the step"))
+	}
+	assert.EqualValues(t, 80, pending(), "the two prompts sent after the step count")
+
+	// A prompt replica 0 sends now is after the mark: the same mark again
+	// does not hand it over.
+	after, err := gates[0].Admit(ctx, stream(5))
+	require.NoError(t, err, "85 of 100 tokens")
+	afterAtt := e.Start(5, 6)
+	after.Started()
+	gates[0].Stepped(e)
+	assert.EqualValues(t, 85, pending(), "a prompt sent after the mark still counts")
+	afterAtt.Finish(backends.Outcome{})
+	after.Release()
+	for i, tk := range sent {
+		atts[i].FirstToken(time.Millisecond)
+		tk.Prefilled() // no second call: the lease's prompt is gone already
+		atts[i].Finish(backends.Outcome{})
+		tk.Release()
+	}
+	assert.EqualValues(t, 80, pending())
+	for _, tk := range late {
+		tk.Release()
+	}
+	runAtt.Finish(backends.Outcome{})
+	running.Release()
+	assert.Zero(t, pending())
 	n, err := store.Leases(ctx, "m", addr, time.Now())
 	require.NoError(t, err)
 	assert.Zero(t, n)
