@@ -15,7 +15,8 @@
 #            checked on the wire below), streamed, 4 output tokens, straight
 #            to an instant gpuworker and through Sluice (defaults, request
 #            log on), at concurrency 100 (closed loop) and 1: TTFT p50/p99
-#            added over direct, and Sluice's CPU (utime+stime) per request.
+#            added over direct, Sluice's CPU (utime+stime) per request and
+#            its own time per request (the request log's overhead_ms).
 #            Then "paced": Poisson arrivals at 100 / LONG_LATENCY per
 #            second to an instant worker that answers after LONG_LATENCY
 #            (4s), as a GPU queueing such prompts would: about 100 in flight
@@ -145,13 +146,16 @@ long=(--duration 10m --quiet
 "$BIN/sluice-bench" load --target "http://127.0.0.1:$CPORT" --model llama-3-8b --rate 100000 "${long[@]}" --requests 1 >/dev/null 2>&1
 ticks() { read -ra f < "/proc/$lpid/stat"; echo $((f[13] + f[14])); }
 run() { # run NAME TARGET CONCURRENCY REQUESTS SEED [MODEL [RATE]]
-	local before after
+	local before after lines
+	lines=$(wc -l < "$tmp/long-sluice.log")
 	before=$(ticks)
 	"$BIN/sluice-bench" load --target "$2" --model "${6:-llama-3-8b}" --rate "${7:-100000}" "${long[@]}" --stream \
 		--concurrency "$3" --requests "$4" \
 		--seed "$5" --json "$tmp/long-$1.json" >/dev/null 2>&1
 	after=$(ticks)
 	echo "$1 $((after - before)) $4" >> "$tmp/long-cpu.txt"
+	# Sluice's request lines of this run: its own time per request (overhead_ms).
+	tail -n +"$((lines + 1))" "$tmp/long-sluice.log" | grep '"msg":"request"' > "$tmp/long-$1-requests.jsonl" || true
 }
 direct="http://127.0.0.1:$((WPORT + 4))" sluice="http://127.0.0.1:$((SPORT + 1))"
 run warm-direct "$direct" 100 200 100
@@ -201,17 +205,27 @@ if n > 0:
 size, toks = open(f"{tmp}/capture.txt").read().split()
 cpu = {l.split()[0]: int(l.split()[1]) / hz * 1e6 / int(l.split()[2]) for l in open(f"{tmp}/long-cpu.txt")}
 print(f"long prompts: {int(toks):,} token ids = {int(size):,} bytes of JSON per request, streamed, 4 output tokens")
+def own(name):
+    """p50 and p99 of Sluice's own time per request in a run (the request
+    log's overhead_ms: arrival to the attempt, the body's arrival included)."""
+    v = sorted(json.loads(l)["overhead_ms"] for l in open(f"{tmp}/long-{name}-requests.jsonl") if '"overhead_ms"' in l)
+    if not v:
+        return "", ""
+    q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
+    return f"{q(0.5):.2f}", f"{q(0.99):.2f}"
 print(f"  {'concurrency':<12}{'target':<8}{'completed':>10}{'failed':>7}{'TTFT p50 ms':>12}{'TTFT p99 ms':>12}{'req/s':>7}"
-      f"{'p50 added':>10}{'p99 added':>10}{'Sluice CPU/req':>15}")
+      f"{'p50 added':>10}{'p99 added':>10}{'Sluice CPU/req':>15}{'own p50 ms':>11}{'own p99 ms':>11}")
 for c in ("100", "1", "paced"):
     d = json.load(open(f"{tmp}/long-direct-{c}.json"))
     for t in ("direct", "sluice"):
         x = json.load(open(f"{tmp}/long-{t}-{c}.json"))
-        add = ("", "", "") if t == "direct" else (
-            f"{x['ttft_ms']['p50'] - d['ttft_ms']['p50']:.2f}", f"{x['ttft_ms']['p99'] - d['ttft_ms']['p99']:.2f}", f"{cpu[f'sluice-{c}']:.0f} us")
+        add = ("", "", "", "", "") if t == "direct" else (
+            f"{x['ttft_ms']['p50'] - d['ttft_ms']['p50']:.2f}", f"{x['ttft_ms']['p99'] - d['ttft_ms']['p99']:.2f}", f"{cpu[f'sluice-{c}']:.0f} us",
+            *own(f"sluice-{c}"))
         print(f"  {c:<12}{t:<8}{x['completed']:>10,}{x['failed']:>7}{x['ttft_ms']['p50']:>12.2f}{x['ttft_ms']['p99']:>12.2f}"
-              f"{x['request_throughput']:>7.0f}{add[0]:>10}{add[1]:>10}{add[2]:>15}")
+              f"{x['request_throughput']:>7.0f}{add[0]:>10}{add[1]:>10}{add[2]:>15}{add[3]:>11}{add[4]:>11}")
 print("  (target: under 5 ms added at p99; client, worker and Sluice share the machine's cores; 'paced': about 100 in"
-      " flight, Poisson arrivals, to a worker that answers after a fixed delay, so the cores are not saturated)")
+      " flight, Poisson arrivals, to a worker that answers after a fixed delay, so the cores are not saturated;"
+      " 'own': Sluice's overhead_ms, from the request's arrival, its body's included, to the attempt on the worker)")
 PY
 [ "$STREAMS" -gt 0 ] && grep -m 3 'too many open files' "$tmp/streams-sluice.log" | cut -c1-300 | sed 's/^/sluice log: /' || true

@@ -309,6 +309,9 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		}
 		canRetry := attempt < rt.retries && others
 		rec.backend, rec.sentAt = ep.Address(), now
+		if rec.firstSent.IsZero() {
+			rec.firstSent = now
+		}
 		at := proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), Body: body, TurnBack: canRetry, FirstByteTimeout: fb}
 		if g := rte.Gate; g != nil && preq.Stream && g.MarksSteps() {
 			steps := ep.StepReader()

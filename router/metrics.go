@@ -19,6 +19,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec // model, route, tier, class, code
 	ttft     *prometheus.HistogramVec // model, class
 	tpot     *prometheus.HistogramVec // model, class
+	overhead *prometheus.HistogramVec // model
 	attempts *prometheus.CounterVec   // backend, outcome
 	tokens   *prometheus.CounterVec   // tenant, tier, kind
 
@@ -40,6 +41,7 @@ type metrics struct {
 	byTenant   children[tenantLabels, [2]prometheus.Counter]
 	byAttempt  children[attemptLabels, prometheus.Counter]
 	byAdmitted children[streamLabels, prometheus.Observer]
+	byModel    children[string, prometheus.Observer] // overhead
 }
 
 type requestLabels struct{ model, route, tier, class, code string }
@@ -96,6 +98,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Streamed answers' mean time between output tokens after the first, one observation per answer, by model and service class.",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1},
 		}, []string{"model", "class"}),
+		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_request_overhead_seconds",
+			Help:    "Time from a request's arrival to its first attempt on a backend, less its wait in the admission queue: what Sluice spent reading and checking it, on the tenant's limits, admission and the pick, by model.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1},
+		}, []string{"model"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total",
 			Help: "Attempts sent to backends, by backend and outcome: ok, upstream_4xx, upstream_5xx, unreachable, timeout, failed (the answer broke off after it started), client_gone.",
@@ -125,7 +132,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for c := range m.codes {
 		m.codes[c] = strconv.Itoa(c)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.attempts, m.tokens, m.retries,
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.overhead, m.attempts, m.tokens, m.retries,
 		m.fallbacks, m.admissionWait, m.shed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -155,6 +162,9 @@ func (m *metrics) observe(route string, status int, elapsed time.Duration, rec *
 	})
 	req.count.Inc()
 	req.duration.Observe(elapsed.Seconds())
+	if !rec.firstSent.IsZero() {
+		m.byModel.get(model, func(k string) prometheus.Observer { return m.overhead.WithLabelValues(k) }).Observe(rec.overhead().Seconds())
+	}
 	if d := rec.ttft(); d > 0 {
 		st := m.byStream.get(streamLabels{model, class}, func(k streamLabels) streamChildren {
 			return streamChildren{ttft: m.ttft.WithLabelValues(k.model, k.class), tpot: m.tpot.WithLabelValues(k.model, k.class)}

@@ -29,6 +29,8 @@ type requestRecord struct {
 	// sentAt when that attempt began; "" and zero when none was made.
 	backend string
 	sentAt  time.Time
+	// firstSent is when the first attempt began (zero when none did).
+	firstSent time.Time
 	// queued is how long the request waited in the admission queue, and
 	// gated whether it went through one (a route with a gate).
 	queued time.Duration
@@ -47,6 +49,16 @@ func (rec *requestRecord) ttft() time.Duration {
 		return 0
 	}
 	return rec.sentAt.Sub(rec.start) + rec.out.TTFT
+}
+
+// overhead is what Sluice spent on the request before its first attempt
+// began (reading and checking it, the tenant's limits, admission and the
+// pick), less its wait in the admission queue; 0 when no attempt began.
+func (rec *requestRecord) overhead() time.Duration {
+	if rec.firstSent.IsZero() {
+		return 0
+	}
+	return max(rec.firstSent.Sub(rec.start)-rec.queued, 0)
 }
 
 // inputTokens is the answer's input: the usage the backend reported, else
@@ -89,12 +101,17 @@ func (rt *Router) logRequest(ctx context.Context, route string, status int, errC
 		slog.Int("output_tokens", rec.out.CompletionTokens),
 		slog.Float64("latency_ms", millis(elapsed)),
 		{}, // queued_ms
+		{}, // overhead_ms
 		{}, // ttft_ms
 		{}, // error
 	}
-	n := len(attrs) - 3
+	n := len(attrs) - 4
 	if rec.gated {
 		attrs[n] = slog.Float64("queued_ms", millis(rec.queued))
+		n++
+	}
+	if !rec.firstSent.IsZero() {
+		attrs[n] = slog.Float64("overhead_ms", millis(rec.overhead()))
 		n++
 	}
 	if d := rec.ttft(); d > 0 {

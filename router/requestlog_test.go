@@ -109,6 +109,9 @@ func TestRequestLogAndMetrics(t *testing.T) {
 	require.Contains(t, served, "ttft_ms")
 	assert.Positive(t, served["ttft_ms"])
 	assert.GreaterOrEqual(t, served["latency_ms"], served["ttft_ms"])
+	require.Contains(t, served, "overhead_ms", "what Sluice spent before the attempt")
+	assert.Positive(t, served["overhead_ms"])
+	assert.Less(t, served["overhead_ms"], served["ttft_ms"])
 	assert.NotContains(t, served, "error")
 
 	refused := requestLine(t, &logs, "req-401")
@@ -119,6 +122,7 @@ func TestRequestLogAndMetrics(t *testing.T) {
 	}
 	assert.EqualValues(t, 0, refused["output_tokens"])
 	assert.NotContains(t, refused, "ttft_ms")
+	assert.NotContains(t, refused, "overhead_ms", "no attempt was made")
 	assert.Positive(t, refused["latency_ms"])
 
 	page := scrape(t, s)
@@ -128,6 +132,7 @@ func TestRequestLogAndMetrics(t *testing.T) {
 		`sluice_http_request_duration_seconds_count{class="default",code="200",model="` + model + `",route="/v1/chat/completions",tier="pro"} 1`,
 		`sluice_time_to_first_token_seconds_count{class="default",model="` + model + `"} 1`,
 		`sluice_time_per_output_token_seconds_count{class="default",model="` + model + `"} 1`,
+		`sluice_request_overhead_seconds_count{model="` + model + `"} 1`,
 		`sluice_tenant_tokens_total{kind="output",tenant="acme",tier="pro"} 8`,
 	} {
 		assert.Contains(t, page, want+"\n")
@@ -260,6 +265,8 @@ func TestRequestLogSaysHowLongARequestQueued(t *testing.T) {
 	require.Contains(t, two, "queued_ms")
 	assert.Positive(t, two["queued_ms"], "it waited for the first's slot")
 	assert.LessOrEqual(t, two["queued_ms"], two["latency_ms"])
+	require.Contains(t, two, "overhead_ms")
+	assert.LessOrEqual(t, two["overhead_ms"].(float64)+two["queued_ms"].(float64), two["latency_ms"], "the wait is not overhead")
 
 	s2 := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
 	c2 := s2.client(t)
