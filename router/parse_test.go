@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -143,13 +144,29 @@ func TestPrefixHashes(t *testing.T) {
 }
 
 func BenchmarkParseInference(b *testing.B) {
-	body := []byte(`{"model":"m","stream":true,"max_tokens":64,"messages":[{"role":"system","content":"` +
+	chat := []byte(`{"model":"m","stream":true,"max_tokens":64,"messages":[{"role":"system","content":"` +
 		strings.Repeat("You are a careful assistant. ", 150) + `"},{"role":"user","content":"hi"}]}`)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, apiErr := parseInference(body); apiErr != nil {
-			b.Fatal(apiErr)
+	// deploy/memory.sh's long prompt: 36,000 token ids, about 200 KB.
+	ids := []byte(`{"model":"m","stream":true,"max_tokens":4,"prompt":[`)
+	for i := range 36000 {
+		if i > 0 {
+			ids = append(ids, ',')
 		}
+		ids = strconv.AppendInt(ids, int64(1000+i*7919%120000), 10)
+	}
+	ids = append(ids, "]}"...)
+	for _, tt := range []struct {
+		name string
+		body []byte
+	}{{"chat_4KB", chat}, {"token_ids_200KB", ids}} {
+		b.Run(tt.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tt.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, apiErr := parseInference(tt.body); apiErr != nil {
+					b.Fatal(apiErr)
+				}
+			}
+		})
 	}
 }

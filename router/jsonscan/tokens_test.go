@@ -51,9 +51,21 @@ func FuzzApproxTokens(f *testing.F) {
 }
 
 func BenchmarkApproxTokens200KB(b *testing.B) {
-	v := []byte(`[{"role":"user","content":"` + strings.Repeat("lorem ipsum ", 200_000/12) + `"}]`)
-	b.SetBytes(int64(len(v)))
-	for b.Loop() {
-		ApproxTokens(v)
+	text := []byte(`[{"role":"user","content":"` + strings.Repeat("lorem ipsum ", 200_000/12) + `"}]`)
+	ids := make([]int, 36000) // what deploy/memory.sh sends: 36,000 token ids, about 200 KB
+	for i := range ids {
+		ids[i] = 1000 + i*7919%120000
+	}
+	idsJSON, _ := json.Marshal(ids)
+	for _, tt := range []struct {
+		name string
+		v    []byte
+	}{{"text", text}, {"token_ids", idsJSON}} {
+		b.Run(tt.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tt.v)))
+			for b.Loop() {
+				ApproxTokens(tt.v)
+			}
+		})
 	}
 }
