@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -257,6 +258,55 @@ func TestAdmissionRetryWaitsForRoom(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the retry was not bound after the slot freed")
+	}
+}
+
+// With pending_until_step a request held by the prefill bound binds at the
+// step after the prompt that filled the bound was sent, as the stream
+// running on the backend shows it, not at that prompt's first token: here
+// it is on the backend while a 6,000-token prompt sent before it (about a
+// second of an L4's prefill) has no first token yet. Without the option it
+// waits for that first token.
+func TestPendingUntilStepBindsAtTheNextStep(t *testing.T) {
+	for _, until := range []bool{true, false} {
+		t.Run(map[bool]string{true: "until_step", false: "until_first_token"}[until], func(t *testing.T) {
+			w := startWorker(t, model, "l4-llama3-8b", 1)
+			s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 8,
+				pendingPrefill: 10 * time.Millisecond, untilStep: until})
+			ep := s.endpoints[w.srv.URL]
+			c := s.client(t)
+			t.Cleanup(holdSlot(t, c)) // a stream running on the backend: its tokens mark the steps
+
+			long := chatParams(model)
+			long.Messages = []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("abcd", 6000))}
+			long.MaxTokens = openai.Int(1)
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			longDone := make(chan error, 1)
+			go func() {
+				st := c.Chat.Completions.NewStreaming(ctx, long)
+				for st.Next() {
+				}
+				longDone <- st.Err()
+				_ = st.Close()
+			}()
+			require.Eventually(t, func() bool { return ep.PendingPromptTokens() >= 6000 }, 5*time.Second, time.Millisecond, "the long prompt is sent")
+			shortDone := make(chan error, 1)
+			go func() {
+				_, err := c.Chat.Completions.New(ctx, chatParams(model))
+				shortDone <- err
+			}()
+			waitQueued(t, s, 1) // held: the long prompt fills the bound
+			require.Eventually(t, func() bool { return s.gates[0].Waiting() == 0 }, 10*time.Second, 100*time.Microsecond)
+			// The router ends a prompt's pending prefill at its first token.
+			if pending := ep.PendingPromptTokens(); until {
+				assert.GreaterOrEqual(t, pending, int64(6000), "bound while the long prompt had no first token")
+			} else {
+				assert.Less(t, pending, int64(6000), "bound only once the long prompt had its first token")
+			}
+			require.NoError(t, <-shortDone)
+			require.NoError(t, <-longDone)
+		})
 	}
 }
 
