@@ -45,6 +45,7 @@ func parseInference(body []byte) (parsed, error) {
 		err                  error
 		messages, promptText []byte
 		input                []byte
+		tokens               [3]int // ApproxTokens of messages, promptText and input
 	)
 	decode := func(name string, val []byte, into any) {
 		if err != nil || decodeSimple(val, into) {
@@ -63,7 +64,7 @@ func parseInference(body []byte) (parsed, error) {
 				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s.", field, want, got))
 		}
 	}
-	valid := jsonscan.Object(body, func(key, val []byte) {
+	valid := jsonscan.ObjectTokens(body, func(key, val []byte, n int) {
 		switch string(key) {
 		case "model":
 			decode("model", val, &p.model)
@@ -80,11 +81,11 @@ func parseInference(body []byte) (parsed, error) {
 		case "service_tier":
 			decode("service_tier", val, &p.serviceTier)
 		case "messages":
-			messages = val
+			messages, tokens[0] = val, n
 		case "prompt":
-			promptText = val
+			promptText, tokens[1] = val, n
 		case "input":
-			input = val
+			input, tokens[2] = val, n
 		}
 	})
 	if !valid { // before any error decoding found: invalid JSON is named as such
@@ -98,7 +99,14 @@ func parseInference(body []byte) (parsed, error) {
 		return parsed{}, badRequest("model", "missing_required_parameter",
 			"you must provide a model parameter")
 	}
-	p.promptTokens = jsonscan.PromptTokens(messages, promptText, input, len(body))
+	// jsonscan.PromptTokens, from the counts the check made on its way.
+	p.promptTokens = len(body) / jsonscan.BytesPerToken
+	for i, v := range [...][]byte{messages, promptText, input} {
+		if v != nil {
+			p.promptTokens = tokens[i]
+			break
+		}
+	}
 	if messages == nil {
 		messages = promptText
 	}

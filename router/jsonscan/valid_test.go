@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-llm/sluice/router/jsonscan"
 )
@@ -21,10 +22,24 @@ var validSeeds = []string{
 	`{"a":1}`, `{"a":1,}`, `{"a" : [1, 2 , {"b":null}] }`, `{"a"}`, `{"a":}`, `{1:2}`, `{"a":1 "b":2}`,
 	`[1,]`, `[,1]`, `[1 2]`, `[[[]]]`, `[[]`, `[]]`, `{"a":{"b":{}}}}`, `{"a":[}`, "{\r\n\t\"a\"\t:\n1\r}",
 	`{"model":"m","messages":[{"role":"user","content":"a \"}]\" b"}],"n":1}`,
+	`{"prompt":[1,23,456,-7,8.5e2,0,10.5,"ab"],"x":"abcdefg","m":[{"k":"vv","l":[true,null,3]}],"n":-0.5e-3}`,
 	strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
 	strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
 	strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000),
 	strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
+}
+
+// ObjectTokens counts each member's value as ApproxTokens does, the top
+// level's keys aside.
+func TestObjectTokens(t *testing.T) {
+	body := `{"model":"llama","prompt":[1000,23,456,-7,8.5e2,0,10.5,"abcde"],"messages":[{"role":"user","content":"` +
+		strings.Repeat("x", 401) + `"}],"stream":true,"n":12}`
+	got := map[string]int{}
+	require.True(t, jsonscan.ObjectTokens([]byte(body), func(k, v []byte, n int) {
+		got[string(k)] = n
+		assert.Equal(t, jsonscan.ApproxTokens(v), n, "%s", k)
+	}))
+	assert.Equal(t, map[string]int{"model": 2, "prompt": 7 + 2, "messages": 1 + 1 + 2 + 101, "stream": 0, "n": 1}, got)
 }
 
 func TestValid(t *testing.T) {
@@ -58,7 +73,8 @@ func TestObject(t *testing.T) {
 }
 
 // FuzzValid holds Valid equal to json.Valid, and Object to json.Valid of
-// an object, walking the same members as SkipString and SkipValue find.
+// an object, walking the same members as SkipString and SkipValue find,
+// with ObjectTokens counting each one's value as ApproxTokens does.
 func FuzzValid(f *testing.F) {
 	for _, s := range validSeeds {
 		f.Add([]byte(s))
@@ -69,7 +85,13 @@ func FuzzValid(f *testing.F) {
 			t.Fatalf("Valid(%.200q) = %v, json.Valid %v", b, got, want)
 		}
 		var keys, vals []string
-		ok := jsonscan.Object(b, func(k, v []byte) { keys, vals = append(keys, string(k)), append(vals, string(v)) })
+		var tokens []int
+		ok := jsonscan.ObjectTokens(b, func(k, v []byte, n int) {
+			keys, vals, tokens = append(keys, string(k)), append(vals, string(v)), append(tokens, n)
+		})
+		if okObject := jsonscan.Object(b, func([]byte, []byte) {}); okObject != ok {
+			t.Fatalf("Object(%.200q) = %v, ObjectTokens %v", b, okObject, ok)
+		}
 		isObject := want && b[jsonscan.SkipSpace(b, 0)] == '{'
 		if ok != isObject {
 			t.Fatalf("Object(%.200q) = %v, want %v", b, ok, isObject)
@@ -91,6 +113,11 @@ func FuzzValid(f *testing.F) {
 		}
 		assert.Equal(t, wantKeys, keys)
 		assert.Equal(t, wantVals, vals)
+		for j, v := range vals {
+			if want := jsonscan.ApproxTokens([]byte(v)); tokens[j] != want {
+				t.Fatalf("ObjectTokens(%.200q) counted %d tokens in %q, ApproxTokens %d", b, tokens[j], v, want)
+			}
+		}
 	})
 }
 
