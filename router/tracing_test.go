@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -283,4 +284,35 @@ func BenchmarkStages(b *testing.B) {
 			}
 		})
 	}
+}
+
+// With tracing off a client's trace context still reaches the backend,
+// and a request without one sends none: the middleware lets such a
+// request through untouched.
+func TestTracingOffPassesTheClientsTraceContextOn(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Traceparent"))
+		mu.Unlock()
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"`+model+
+			`","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`)
+	}))
+	t.Cleanup(backend.Close)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{backend.URL}})
+	c := s.client(t)
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	_, err := c.Chat.Completions.New(context.Background(), chatParams(model), option.WithHeader("traceparent", parent))
+	require.NoError(t, err)
+	_, err = c.Chat.Completions.New(context.Background(), chatParams(model))
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, seen, 2)
+	assert.Equal(t, parent, seen[0], "the client's trace context, passed on")
+	assert.Empty(t, seen[1], "no trace context made up")
 }
