@@ -113,6 +113,22 @@ func boundSoon(t *testing.T, ch <-chan admitted, when string) *admission.Ticket 
 	return nil
 }
 
+// heldOnOthers sends a stream of prompt tokens to each gate but the first,
+// and checks that each still waits after ten of its looks for room (the
+// first gate's prompts fill the bound).
+func heldOnOthers(t *testing.T, gates []*admission.Gate, prompt int) []<-chan admitted {
+	t.Helper()
+	var waits []<-chan admitted
+	for _, g := range gates[1:] {
+		waits = append(waits, admitLater(t, g, stream(prompt)))
+	}
+	time.Sleep(100 * time.Millisecond)
+	for i, g := range gates[1:] {
+		assert.Equal(t, 1, g.Waiting(), "replica %d bound a prompt while another's filled the bound", i+1)
+	}
+	return waits
+}
+
 func stream(prompt int) admission.Request {
 	return admission.Request{Class: admission.Default, Weight: 1, Routing: &policies.Request{Model: "m", PromptTokens: prompt, Stream: true}}
 }
@@ -128,14 +144,7 @@ func TestReplicasHoldThePrefillBoundTogether(t *testing.T) {
 	ctx := context.Background()
 	first, err := gates[0].Admit(ctx, stream(500))
 	require.NoError(t, err, "an idle backend takes a prompt longer than the bound")
-	var waits []<-chan admitted
-	for _, g := range gates[1:] {
-		waits = append(waits, admitLater(t, g, stream(50)))
-	}
-	time.Sleep(100 * time.Millisecond) // ten looks for room by each replica
-	for i, g := range gates[1:] {
-		assert.Equal(t, 1, g.Waiting(), "replica %d bound a prompt while another's filled the bound", i+1)
-	}
+	waits := heldOnOthers(t, gates, 50)
 	pending, err := store.PendingPrompt(ctx, "m", addr)
 	require.NoError(t, err)
 	assert.EqualValues(t, 500, pending)
@@ -203,14 +212,7 @@ func TestReplicasFreeThePrefillBoundAtTheNextStep(t *testing.T) {
 		sent = append(sent, tk)
 	}
 	require.EqualValues(t, 120, pending())
-	var waits []<-chan admitted
-	for _, g := range gates[1:] {
-		waits = append(waits, admitLater(t, g, stream(40)))
-	}
-	time.Sleep(50 * time.Millisecond) // five looks for room by each replica
-	for i, g := range gates[1:] {
-		assert.Equal(t, 1, g.Waiting(), "replica %d bound a prompt over the bound", i+1)
-	}
+	waits := heldOnOthers(t, gates, 40)
 
 	// The stream's next token marks the step that took both prompts up.
 	require.True(t, steps.Read())
