@@ -108,13 +108,13 @@ const prefixTableBits = 18
 // margin. Expected TTFT leads because it is the one signal that knows a
 // GPU's speed: on the prefill-heavy Azure code trace over H100s and L4s
 // it keeps long prompts off the slow GPUs' queues. Balancing it alone gave
-// the best p99 TTFT under bursts but made every request wait alike, so p2c, which wastes the H100s, had twice its median
-// and goodput; packing by deadline when congested brings both within 10%
-// of the best baseline's, and the max delay keeps the longest prompts'
-// waits, which make the p99, bounded in a deep burst. Queue depth and KV
-// use break ties. Prefix affinity sends a prompt to where its longest known
-// prefix went: on multi-turn conversations that is where their history is
-// cached.
+// the best p99 TTFT under bursts but made every request wait alike, so
+// p2c, which wastes the H100s, had twice its median and goodput; packing
+// by deadline when congested brings both within 10% of the best
+// baseline's, and the max delay keeps the longest prompts' waits, which
+// make the p99, bounded in a deep burst. Queue depth and KV use break
+// ties. Prefix affinity sends a prompt to where its longest known prefix
+// went: on multi-turn conversations that is where their history is cached.
 func DefaultScorers() []ScorerParams {
 	return []ScorerParams{
 		{Type: "ttft", Weight: 2},
