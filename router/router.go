@@ -120,7 +120,8 @@ type Options struct {
 	// tenants.
 	Limiter *quota.Limiter
 	// StreamIdleTimeout ends a stream whose backend sends nothing for this
-	// long, with an error event to the client. Default 60s.
+	// long (noticed within a quarter of it more), with an error event to
+	// the client. Default 60s.
 	StreamIdleTimeout time.Duration
 	// BodyReadTimeout bounds reading a request body: a client that sends
 	// it slower loses the request (400) and its connection. Default 30s.

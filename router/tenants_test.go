@@ -164,7 +164,9 @@ func TestOpenAIClientBacksOffAsRetryAfterSays(t *testing.T) {
 
 // TestClientCredentialsStayWithSluice checks that a tenant's key, cookies
 // and organization never reach the backend, that the backend gets its own
-// key, and that its cookies and Server header never reach the client.
+// key and the client's address in X-Forwarded-For (not what the client
+// claims there), and that its cookies and Server header never reach the
+// client.
 func TestClientCredentialsStayWithSluice(t *testing.T) {
 	var mu sync.Mutex
 	var seen http.Header
@@ -189,6 +191,7 @@ func TestClientCredentialsStayWithSluice(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer sk-acme")
 	req.Header.Set("Cookie", "sid=client")
 	req.Header.Set("OpenAI-Organization", "org-client")
+	req.Header.Set("X-Forwarded-For", "203.0.113.9")
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	_, _ = io.Copy(io.Discard, res.Body)
@@ -203,6 +206,9 @@ func TestClientCredentialsStayWithSluice(t *testing.T) {
 	assert.Equal(t, "Bearer backend-secret", seen.Get("Authorization"))
 	assert.Empty(t, seen.Get("Cookie"))
 	assert.Empty(t, seen.Get("OpenAI-Organization"))
+	assert.Equal(t, []string{"127.0.0.1"}, seen.Values("X-Forwarded-For"))
+	assert.Equal(t, []string{strings.TrimPrefix(s.srv.URL, "http://")}, seen.Values("X-Forwarded-Host"))
+	assert.Equal(t, []string{"http"}, seen.Values("X-Forwarded-Proto"))
 }
 
 func TestStreamUsageIsSettledExactlyAndHiddenFromTheClient(t *testing.T) {

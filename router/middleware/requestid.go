@@ -24,9 +24,12 @@ func RequestID(next http.Handler) http.Handler {
 		id := r.Header.Get(RequestIDHeader)
 		if !validRequestID(id) {
 			id = newRequestID()
-			r.Header.Set(RequestIDHeader, id)
+			v := []string{id, id} // one allocation for both headers' values
+			r.Header[RequestIDHeader] = v[0:1:1]
+			w.Header()[RequestIDHeader] = v[1:2:2]
+		} else {
+			w.Header()[RequestIDHeader] = []string{id}
 		}
-		w.Header().Set(RequestIDHeader, id)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
 	})
 }

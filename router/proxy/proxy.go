@@ -72,7 +72,8 @@ type Options struct {
 	// context (trace propagation).
 	Inject func(ctx context.Context, h http.Header)
 	// StreamIdleTimeout ends an event stream whose backend sends nothing
-	// for this long (an error event tells the client). Zero means none.
+	// for this long, noticed within a quarter of it more (an error event
+	// tells the client). Zero means none.
 	StreamIdleTimeout time.Duration
 }
 
@@ -268,10 +269,29 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if a.Authorization != "" {
 		h["Authorization"] = []string{a.Authorization}
 	}
-	pr.SetXForwarded()
+	setXForwarded(pr)
 	if p.inject != nil {
 		p.inject(pr.Out.Context(), pr.Out.Header)
 	}
+}
+
+// setXForwarded is httputil.ProxyRequest.SetXForwarded (the ReverseProxy
+// has dropped the client's own X-Forwarded-* and Forwarded headers by now)
+// with the three values in one allocation rather than one each.
+func setXForwarded(pr *httputil.ProxyRequest) {
+	v := make([]string, 3)
+	h := pr.Out.Header
+	if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		v[0] = ip
+		h["X-Forwarded-For"] = v[0:1:1]
+	}
+	v[1] = pr.In.Host
+	h["X-Forwarded-Host"] = v[1:2:2]
+	v[2] = "http"
+	if pr.In.TLS != nil {
+		v[2] = "https"
+	}
+	h["X-Forwarded-Proto"] = v[2:3:3]
 }
 
 // modifyResponse is the ReverseProxy's ModifyResponse.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,7 +40,10 @@ var ErrShuttingDown = errors.New("the router is shutting down")
 type streamBody struct {
 	rc    io.ReadCloser
 	idle  time.Duration
-	timer *time.Timer
+	timer *time.Timer  // ticks every idle/idleTicks while the stream is open
+	read  atomic.Bool  // data arrived since the last tick
+	ended atomic.Bool  // Close or cut stopped the timer
+	quiet atomic.Int32 // ticks in a row without data
 
 	mu      sync.Mutex
 	err     error
@@ -54,8 +58,28 @@ type streamBody struct {
 func (s *streamBody) start(rc io.ReadCloser, idle time.Duration) {
 	s.rc, s.idle = rc, idle
 	if idle > 0 {
-		s.timer = time.AfterFunc(idle, s.stall)
+		s.timer = time.AfterFunc(idle/idleTicks, s.tick)
 	}
+}
+
+// idleTicks is how many times per idle timeout the timer looks for data.
+// A read only sets a flag, rather than resetting a timer for every chunk
+// of the stream (a lock and a clock read each); a stream is cut after
+// idleTicks ticks in a row without data, that is, after idle to idle ×
+// (1 + 1/idleTicks) of silence, never sooner.
+const idleTicks = 4
+
+func (s *streamBody) tick() {
+	if s.ended.Load() {
+		return
+	}
+	if s.read.Swap(false) {
+		s.quiet.Store(0)
+	} else if s.quiet.Add(1) >= idleTicks {
+		s.stall()
+		return
+	}
+	s.timer.Reset(s.idle / idleTicks) // racing the stream's end, the next tick sees ended
 }
 
 func (s *streamBody) stall() {
@@ -76,8 +100,8 @@ func (s *streamBody) abort(cause error) {
 func (s *streamBody) Read(p []byte) (int, error) {
 	n, err := s.rc.Read(p)
 	if n > 0 {
-		if s.timer != nil {
-			s.timer.Reset(s.idle)
+		if s.timer != nil && !s.read.Load() {
+			s.read.Store(true)
 		}
 		s.keepTail(p[:n])
 	}
@@ -108,6 +132,7 @@ func (s *streamBody) keepTail(b []byte) {
 
 func (s *streamBody) Close() error {
 	if s.timer != nil {
+		s.ended.Store(true)
 		s.timer.Stop()
 	}
 	return s.rc.Close()
@@ -116,6 +141,7 @@ func (s *streamBody) Close() error {
 // cut reports how the stream ended: nil when it ended with [DONE].
 func (s *streamBody) cut() *StreamCutError {
 	if s.timer != nil {
+		s.ended.Store(true)
 		s.timer.Stop()
 	}
 	s.mu.Lock()

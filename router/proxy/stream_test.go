@@ -201,3 +201,37 @@ func TestStreamWholeWhenClientLeavesAfterDone(t *testing.T) {
 	assert.Equal(t, "data: {\"n\":0}\n\ndata: [DONE]\n\n", rec.Body.String())
 	assert.Zero(t, p.openStreams())
 }
+
+// A stream's idle timeout counts silence, not its length: a body sending
+// a chunk every idle/6 for longer than the timeout is not cut, and one that
+// then falls silent is cut no sooner than the timeout after its last
+// chunk, as a stall.
+func TestStreamBodyCutsOnlyASilence(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	pr, pw := io.Pipe()
+	var s streamBody
+	s.start(pr, idle)
+	t.Cleanup(func() { _ = s.Close() })
+	go func() {
+		for range 9 {
+			if _, err := pw.Write([]byte("data: {}\n\n")); err != nil {
+				return
+			}
+			time.Sleep(idle / 6)
+		}
+	}()
+	buf := make([]byte, 64)
+	var last time.Time
+	for range 9 {
+		n, err := s.Read(buf)
+		require.NoError(t, err, "a chunk every idle/6 keeps the stream open")
+		require.Positive(t, n)
+		last = time.Now()
+	}
+	_, err := s.Read(buf) // the writer is silent from here
+	assert.Equal(t, io.EOF, err, "streamBody ends the copy cleanly")
+	assert.GreaterOrEqual(t, time.Since(last), idle-idle/idleTicks/2, "not cut before the timeout of silence")
+	cut := s.cut()
+	require.NotNil(t, cut)
+	assert.True(t, cut.Stalled)
+}
