@@ -378,7 +378,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	}
 	ticket.Started()
 	*out = backends.Outcome{Class: backends.ClassFailed} // kept if Forward panics with http.ErrAbortHandler mid-stream
-	mw := measure.NewWriter(w, start, rt.now)
+	mw := measure.NewWriter(w, start, rt.relayClock)
 	mw.StripUsageChunk = strip
 	var whole time.Duration // a non-streamed answer's first byte
 	if preq.Stream && ticket != nil {

@@ -158,6 +158,7 @@ type Router struct {
 	tracer      trace.TracerProvider
 	attempts    trace.Tracer
 	now         func() time.Time
+	relayClock  func() time.Time // the clock of measure.Writer (per relayed write): Options.Now when set
 	created     int64
 	batch       http.Handler
 
@@ -193,8 +194,11 @@ func New(o Options) (*Router, error) {
 	if o.Metrics == nil {
 		o.Metrics = prometheus.NewRegistry()
 	}
+	var relayClock func() time.Time // nil: measure.Writer's own, which reads only the monotonic clock
 	if o.Now == nil {
 		o.Now = time.Now
+	} else {
+		relayClock = o.Now
 	}
 	if o.SessionHeader == "" {
 		o.SessionHeader = DefaultSessionHeader
@@ -229,6 +233,7 @@ func New(o Options) (*Router, error) {
 		tracer:      o.TracerProvider,
 		attempts:    o.TracerProvider.Tracer("github.com/sluice-llm/sluice/router"),
 		now:         o.Now,
+		relayClock:  relayClock,
 		created:     o.Now().Unix(),
 		limiter:     o.Limiter,
 		retryBudget: newRetryBudget(0.2, 10, 100),
