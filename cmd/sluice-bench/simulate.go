@@ -50,6 +50,7 @@ type simFlags struct {
 	table              string
 	saturation         bool
 	oracleAging        time.Duration
+	oracleClasses      bool
 }
 
 func newSimFlagSet(f *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -91,6 +92,7 @@ Flags:
 	fs.BoolVar(&f.perWorker, "per-worker", false, "print one line per worker instead of per fleet group")
 	fs.DurationVar(&f.scrapeInterval, "scrape-interval", fleet.DefaultScrapeInterval, "how often each router replica stores every worker's scraped load, in virtual time (0 = never scrape)")
 	fs.StringVar(&f.table, "table", tableFull, "output: full (a report per policy, then a comparison) or compact (one comparison table with a scenario header)")
+	fs.BoolVar(&f.oracleClasses, "oracle-classes", false, "the reference (--oracle) serves its queue by service class (--mix) first: priority, then default, then flex")
 	fs.DurationVar(&f.oracleAging, "oracle-aging", 0, "order the reference's (--oracle) queue shortest job first with aging, by arrival + this per 1,000 prompt tokens, instead of first come, first served (0); e.g. 3s")
 	fs.BoolVar(&f.saturation, "saturation", false, "instead of comparing policies, measure the fleet's saturation throughput for the workload (the reference scheduler, Poisson arrivals, bisection) and print it beside the capacity estimate")
 	f.shapeFlags.register(fs)
@@ -120,6 +122,9 @@ func (f *simFlags) validate() error {
 	}
 	if f.oracleAging < 0 {
 		errs = append(errs, errors.New("--oracle-aging must not be negative"))
+	}
+	if f.oracleClasses && (!f.oracle || f.mix == "") {
+		errs = append(errs, errors.New("--oracle-classes needs --oracle and --mix"))
 	}
 	if f.scrapeInterval < 0 {
 		errs = append(errs, errors.New("--scrape-interval must not be negative"))
@@ -271,7 +276,7 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			fmt.Fprintln(stderr, "sluice-bench simulate: interrupted")
 			return exitInterrupted
 		}
-		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights, OracleAging: f.oracleAging / 1000,
+		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights, OracleAging: f.oracleAging / 1000, OracleClasses: f.oracleClasses,
 			Classes: classes, TenantOf: tenantOf, Estimates: outcomes != nil}
 		newPickers := func() ([]policies.Picker, error) {
 			var ps []policies.Picker

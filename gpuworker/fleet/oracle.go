@@ -199,10 +199,12 @@ func (o *oracle) scan() {
 	}
 }
 
-// order returns the queue indices to plan sorted by arrival +
-// OracleAging x prompt, or nil for arrival order (the queue's own).
+// order returns the queue indices to plan sorted by class (OracleClasses),
+// then by arrival + OracleAging x prompt, or nil for arrival order (the
+// queue's own).
 func (o *oracle) order() []int {
-	if o.s.opts.OracleAging <= 0 {
+	byClass := o.s.opts.OracleClasses && o.s.opts.Classes != nil
+	if o.s.opts.OracleAging <= 0 && !byClass {
 		return nil
 	}
 	o.scratch = o.scratch[:0]
@@ -216,7 +218,14 @@ func (o *oracle) order() []int {
 		id := o.queue[i]
 		return float64(o.s.arrival[id]) + aging*float64(o.s.reqs[id].PromptTokens)
 	}
-	slices.SortStableFunc(o.scratch, func(a, b int) int { return cmp.Compare(key(a), key(b)) })
+	slices.SortStableFunc(o.scratch, func(a, b int) int {
+		if byClass {
+			if c := cmp.Compare(o.s.opts.Classes[o.queue[a]], o.s.opts.Classes[o.queue[b]]); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(key(a), key(b))
+	})
 	return o.scratch
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-llm/sluice/gpuworker"
 	"github.com/sluice-llm/sluice/gpuworker/workload"
+	"github.com/sluice-llm/sluice/policies/admission"
 )
 
 // The reference binds late: once handed to its worker, a request's prefill
@@ -108,4 +109,43 @@ func TestOracleAging(t *testing.T) {
 	fifo, aged := meanShort(0), meanShort(time.Millisecond)
 	t.Logf("short prompts' mean TTFT: first come first served %v, aged %v", fifo, aged)
 	assert.Less(t, aged, fifo/3)
+}
+
+// By class, the reference serves a burst's priority requests before the
+// flex requests that arrived ahead of them; first come, first served it
+// does not, and without classes on the requests the option changes nothing.
+func TestOracleClasses(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b")
+	var reqs []workload.Request
+	classes := make([]admission.Class, 0, 120)
+	for i := range 120 {
+		c := admission.Flex
+		if i >= 90 {
+			c = admission.Priority // the burst's last quarter
+		}
+		classes = append(classes, c)
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * time.Millisecond, PromptTokens: 6000, OutputTokens: 4})
+	}
+	run := func(o Options) (priority, flex time.Duration) {
+		o.Spec, o.Oracle = spec, true
+		res, err := Run(o, reqs)
+		require.NoError(t, err)
+		for i, r := range res.Requests {
+			require.True(t, r.OK, r.Err)
+			if i >= 90 {
+				priority += r.TTFT / 30
+			} else {
+				flex += r.TTFT / 90
+			}
+		}
+		return priority, flex
+	}
+	fifoP, fifoF := run(Options{Classes: classes})
+	byP, byF := run(Options{Classes: classes, OracleClasses: true})
+	t.Logf("mean TTFT priority / flex: first come first served %v / %v, by class %v / %v", fifoP, fifoF, byP, byF)
+	assert.Greater(t, fifoP, fifoF, "first come, first served: the last to arrive wait longest")
+	assert.Less(t, byP, fifoP/3, "by class: priority goes ahead of the flex queued before it")
+	assert.Less(t, byP, byF)
+	noP, noF := run(Options{OracleClasses: true})
+	assert.Equal(t, [2]time.Duration{fifoP, fifoF}, [2]time.Duration{noP, noF}, "without classes the order is arrival")
 }

@@ -42,6 +42,11 @@ type Options struct {
 	// that may reorder requests (admission control) can reach beyond any
 	// router that binds on arrival.
 	OracleAging time.Duration
+	// OracleClasses orders the reference's queue by service class first
+	// (Classes: priority, then default, then flex), then as it would
+	// without it: the reference of a scheduler that serves classes in
+	// order and sees every engine's state.
+	OracleClasses bool
 	// Model fills policies.Request.Model; default "sim".
 	Model string
 	// Weights holds each worker's relative weight (Endpoint.Weight), in
