@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -51,6 +52,7 @@ type simFlags struct {
 	saturation         bool
 	oracleAging        time.Duration
 	oracleClasses      bool
+	oracleFirst        string
 }
 
 func newSimFlagSet(f *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -93,6 +95,7 @@ Flags:
 	fs.DurationVar(&f.scrapeInterval, "scrape-interval", fleet.DefaultScrapeInterval, "how often each router replica stores every worker's scraped load, in virtual time (0 = never scrape)")
 	fs.StringVar(&f.table, "table", tableFull, "output: full (a report per policy, then a comparison) or compact (one comparison table with a scenario header)")
 	fs.BoolVar(&f.oracleClasses, "oracle-classes", false, "the reference (--oracle) serves its queue by service class (--mix) first: priority, then default, then flex")
+	fs.StringVar(&f.oracleFirst, "oracle-first", "", "the reference (--oracle) serves this `tenant`'s (--tenants) requests ahead of all others")
 	fs.DurationVar(&f.oracleAging, "oracle-aging", 0, "order the reference's (--oracle) queue shortest job first with aging, by arrival + this per 1,000 prompt tokens, instead of first come, first served (0); e.g. 3s")
 	fs.BoolVar(&f.saturation, "saturation", false, "instead of comparing policies, measure the fleet's saturation throughput for the workload (the reference scheduler, Poisson arrivals, bisection) and print it beside the capacity estimate")
 	f.shapeFlags.register(fs)
@@ -125,6 +128,12 @@ func (f *simFlags) validate() error {
 	}
 	if f.oracleClasses && (!f.oracle || f.mix == "") {
 		errs = append(errs, errors.New("--oracle-classes needs --oracle and --mix"))
+	}
+	if f.oracleFirst != "" {
+		if shares, err := parseShares(f.tenants); !f.oracle || err != nil ||
+			!slices.ContainsFunc(shares, func(s share) bool { return s.name == f.oracleFirst }) {
+			errs = append(errs, fmt.Errorf("--oracle-first %q needs --oracle and --tenants naming it", f.oracleFirst))
+		}
 	}
 	if f.scrapeInterval < 0 {
 		errs = append(errs, errors.New("--scrape-interval must not be negative"))
@@ -276,7 +285,7 @@ func simulateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			fmt.Fprintln(stderr, "sluice-bench simulate: interrupted")
 			return exitInterrupted
 		}
-		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights, OracleAging: f.oracleAging / 1000, OracleClasses: f.oracleClasses,
+		opts := fleet.Options{Spec: spec, Oracle: pr.oracle, ScrapeInterval: scrape, Weights: weights, OracleAging: f.oracleAging / 1000, OracleClasses: f.oracleClasses, OracleFirst: f.oracleFirst,
 			Classes: classes, TenantOf: tenantOf, Estimates: outcomes != nil}
 		newPickers := func() ([]policies.Picker, error) {
 			var ps []policies.Picker

@@ -199,12 +199,13 @@ func (o *oracle) scan() {
 	}
 }
 
-// order returns the queue indices to plan sorted by class (OracleClasses),
-// then by arrival + OracleAging x prompt, or nil for arrival order (the
-// queue's own).
+// order returns the queue indices to plan with OracleFirst's tenant
+// first, then by class (OracleClasses), then by arrival + OracleAging x
+// prompt, or nil for arrival order (the queue's own).
 func (o *oracle) order() []int {
 	byClass := o.s.opts.OracleClasses && o.s.opts.Classes != nil
-	if o.s.opts.OracleAging <= 0 && !byClass {
+	first := o.s.opts.OracleFirst != "" && o.s.opts.TenantOf != nil
+	if o.s.opts.OracleAging <= 0 && !byClass && !first {
 		return nil
 	}
 	o.scratch = o.scratch[:0]
@@ -219,6 +220,15 @@ func (o *oracle) order() []int {
 		return float64(o.s.arrival[id]) + aging*float64(o.s.reqs[id].PromptTokens)
 	}
 	slices.SortStableFunc(o.scratch, func(a, b int) int {
+		if first {
+			fa, fb := o.s.opts.TenantOf[o.queue[a]] == o.s.opts.OracleFirst, o.s.opts.TenantOf[o.queue[b]] == o.s.opts.OracleFirst
+			if fa != fb {
+				if fa {
+					return -1
+				}
+				return 1
+			}
+		}
 		if byClass {
 			if c := cmp.Compare(o.s.opts.Classes[o.queue[a]], o.s.opts.Classes[o.queue[b]]); c != 0 {
 				return c

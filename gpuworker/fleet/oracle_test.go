@@ -149,3 +149,30 @@ func TestOracleClasses(t *testing.T) {
 	noP, noF := run(Options{OracleClasses: true})
 	assert.Equal(t, [2]time.Duration{fifoP, fifoF}, [2]time.Duration{noP, noF}, "without classes the order is arrival")
 }
+
+// With OracleFirst the reference serves that tenant's requests ahead of
+// the others queued before them.
+func TestOracleFirst(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b")
+	var reqs []workload.Request
+	var tenants []string
+	for i := range 120 {
+		tenants = append(tenants, map[bool]string{false: "heavy", true: "light"}[i%10 == 9])
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * time.Millisecond, PromptTokens: 6000, OutputTokens: 4})
+	}
+	meanLight := func(first string) time.Duration {
+		res, err := Run(Options{Spec: spec, Oracle: true, TenantOf: tenants, OracleFirst: first}, reqs)
+		require.NoError(t, err)
+		var sum time.Duration
+		for i, r := range res.Requests {
+			require.True(t, r.OK, r.Err)
+			if tenants[i] == "light" {
+				sum += r.TTFT / 12
+			}
+		}
+		return sum
+	}
+	fifo, first := meanLight(""), meanLight("light")
+	t.Logf("the light tenant's mean TTFT: first come first served %v, served first %v", fifo, first)
+	assert.Less(t, first, fifo/3)
+}

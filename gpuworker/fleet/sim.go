@@ -47,6 +47,10 @@ type Options struct {
 	// without it: the reference of a scheduler that serves classes in
 	// order and sees every engine's state.
 	OracleClasses bool
+	// OracleFirst names a tenant (TenantOf) whose requests the reference
+	// serves ahead of every other's, before classes: what the tenant gets
+	// from a scheduler that sees every engine and always puts it first.
+	OracleFirst string
 	// Model fills policies.Request.Model; default "sim".
 	Model string
 	// Weights holds each worker's relative weight (Endpoint.Weight), in
