@@ -41,6 +41,10 @@ func TestLookupProfile(t *testing.T) {
 	p, err := LookupProfile(InstantProfile)
 	require.NoError(t, err)
 	assert.Zero(t, p.StepTime(10_000, 1_000_000))
+	// Room for deploy/memory.sh's 100 prompts of 36,000 tokens at once,
+	// with a bound on what its prefix cache keeps.
+	assert.GreaterOrEqual(t, p.KVTokens(), 2*100*36_000)
+	assert.LessOrEqual(t, p.KVTokens(), 1<<23)
 
 	a := Profiles()
 	a[0].Name = "changed"

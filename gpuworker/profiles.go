@@ -48,7 +48,12 @@ func Profiles() []Profile {
 		{
 			Name: InstantProfile, GPU: "none", Model: "any",
 			TP: 1, MaxNumSeqs: 1 << 20, MaxBatchedTokens: 1 << 30,
-			FixedKVTokens: 1 << 34,
+			// 8M tokens: room for 100 prompts of 36,000 tokens at once
+			// twice over, and a bound on the prefix cache, which keeps
+			// every block of every prompt until it needs the room (at
+			// 1 << 34 it never did, and a worker sent unique 36,000-token
+			// prompts grew by 290 KB each).
+			FixedKVTokens: 1 << 23,
 		},
 	}
 }
