@@ -101,11 +101,8 @@ func parseInference(body []byte) (parsed, error) {
 	}
 	// jsonscan.PromptTokens, from the counts the check made on its way.
 	p.promptTokens = len(body) / jsonscan.BytesPerToken
-	for i, v := range [...][]byte{messages, promptText, input} {
-		if v != nil {
-			p.promptTokens = tokens[i]
-			break
-		}
+	if i := jsonscan.PromptMember(messages, promptText, input); i >= 0 {
+		p.promptTokens = tokens[i]
 	}
 	if messages == nil {
 		messages = promptText

@@ -38,13 +38,23 @@ func ApproxTokens(v []byte) int {
 // (embeddings), by ApproxTokens; with none, the body's bodyLen bytes at
 // BytesPerToken.
 func PromptTokens(messages, prompt, input []byte, bodyLen int) int {
-	switch {
-	case messages != nil:
-		return ApproxTokens(messages)
-	case prompt != nil:
-		return ApproxTokens(prompt)
-	case input != nil:
-		return ApproxTokens(input)
+	members := [...][]byte{messages, prompt, input}
+	if i := PromptMember(messages, prompt, input); i >= 0 {
+		return ApproxTokens(members[i])
 	}
 	return bodyLen / BytesPerToken
+}
+
+// PromptMember is which of messages, prompt and input (0, 1 or 2)
+// PromptTokens counts: the first present; -1 when none is.
+func PromptMember(messages, prompt, input []byte) int {
+	switch {
+	case messages != nil:
+		return 0
+	case prompt != nil:
+		return 1
+	case input != nil:
+		return 2
+	}
+	return -1
 }
