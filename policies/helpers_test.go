@@ -10,6 +10,12 @@ import (
 	"github.com/sluice-llm/sluice/policies/policytest"
 )
 
+func TestExpectedTokens(t *testing.T) {
+	assert.EqualValues(t, 100+policies.DefaultExpectedOutput, (&policies.Request{PromptTokens: 100}).ExpectedTokens())
+	assert.EqualValues(t, 108, (&policies.Request{PromptTokens: 100, MaxTokens: 8, Choices: 1}).ExpectedTokens())
+	assert.EqualValues(t, 124, (&policies.Request{PromptTokens: 100, MaxTokens: 8, Choices: 3}).ExpectedTokens(), "n completions of one prompt")
+}
+
 func TestRandSeeded(t *testing.T) {
 	a, b := policies.NewRand(42), policies.NewRand(42)
 	for range 10 {

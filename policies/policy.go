@@ -18,6 +18,9 @@ type Request struct {
 	PromptTokens int
 	// MaxTokens is the requested output cap, or 0 when the client set none.
 	MaxTokens int
+	// Choices is how many completions the request asks for (OpenAI's n);
+	// 0 means one.
+	Choices int
 	// User is the OpenAI "user" field, if any.
 	User string
 	// SessionKey identifies a conversation for session affinity: the
@@ -51,13 +54,14 @@ type Request struct {
 const DefaultExpectedOutput = 256
 
 // ExpectedTokens is the request's estimated cost in tokens: prompt plus
-// max_tokens, or plus DefaultExpectedOutput when max_tokens is unset.
+// max_tokens (or DefaultExpectedOutput when max_tokens is unset) for each
+// of its choices.
 func (r *Request) ExpectedTokens() int64 {
 	out := r.MaxTokens
 	if out <= 0 {
 		out = DefaultExpectedOutput
 	}
-	return int64(r.PromptTokens + out)
+	return int64(r.PromptTokens) + int64(out)*int64(max(r.Choices, 1))
 }
 
 // Picker chooses one endpoint for a request. endpoints is never empty and

@@ -71,6 +71,9 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		return &modelNotFoundError{model: req.model} // the same answer: a tenant cannot probe
 	}
 	*model, rec.promptEstimate = req.model, req.promptTokens
+	if err := req.checkRoute(r.URL.Path); err != nil {
+		return err
+	}
 	if rte.TotalTimeout > 0 {
 		ctx, cancel := context.WithTimeoutCause(r.Context(), rte.TotalTimeout, proxy.ErrTotalTimeout)
 		defer cancel()
@@ -94,7 +97,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		session = req.user
 	}
 	preq := policies.Request{Model: req.model, Stream: req.stream, PromptTokens: req.promptTokens,
-		MaxTokens: req.maxTokens, User: req.user, SessionKey: session, PrefixHashes: req.prefix,
+		MaxTokens: req.maxTokens, Choices: req.choices, User: req.user, SessionKey: session, PrefixHashes: req.prefix,
 		PrefixChunkTokens: prefixChunk / jsonscan.BytesPerToken}
 	class, err := serviceClass(req.serviceTier, tenant)
 	if err != nil {
@@ -123,6 +126,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		if req.maxTokens == 0 {
 			ask.Output = int64(tenant.DefaultMaxTokens)
 		}
+		ask.Output *= int64(req.choices) // each of n completions may run to max_tokens
 	}
 	span := rt.stageSpan(r.Context(), "limit")
 	res, err := rt.limiter.Reserve(r.Context(), tenant.Name, tenant.Limits, ask)

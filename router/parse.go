@@ -23,11 +23,15 @@ type parsed struct {
 	model        string
 	stream       bool
 	maxTokens    int
+	choices      int // OpenAI's n: how many completions to generate, 1 when absent
 	user         string
 	includeUsage bool     // the client asked for stream_options.include_usage itself
 	serviceTier  string   // as sent; "" when absent
 	promptTokens int      // jsonscan.PromptTokens: token ids exactly, text at four bytes a token
 	prefix       []uint64 // see prefixHashes
+	// The first byte of the messages, prompt and input members' values
+	// ('[' for an array, '"' for a string...), 0 for a member absent.
+	messagesKind, promptKind, inputKind byte
 }
 
 // parseInference validates body as a JSON object carrying a model name and
@@ -41,6 +45,7 @@ func parseInference(body []byte) (parsed, error) {
 	var (
 		p                    parsed
 		maxTokens, maxCompl  *int
+		choices              *int
 		opts                 *streamOptions
 		err                  error
 		messages, promptText []byte
@@ -74,6 +79,8 @@ func parseInference(body []byte) (parsed, error) {
 			decode("max_tokens", val, &maxTokens)
 		case "max_completion_tokens":
 			decode("max_completion_tokens", val, &maxCompl)
+		case "n":
+			decode("n", val, &choices)
 		case "user":
 			decode("user", val, &p.user)
 		case "stream_options":
@@ -104,6 +111,7 @@ func parseInference(body []byte) (parsed, error) {
 	if i := jsonscan.PromptMember(messages, promptText, input); i >= 0 {
 		p.promptTokens = tokens[i]
 	}
+	p.messagesKind, p.promptKind, p.inputKind = firstByte(messages), firstByte(promptText), firstByte(input)
 	if messages == nil {
 		messages = promptText
 	}
@@ -118,7 +126,72 @@ func parseInference(body []byte) (parsed, error) {
 	if p.maxTokens < 0 {
 		return parsed{}, badRequest("max_tokens", "invalid_value", "max_tokens must be at least 1")
 	}
+	p.choices = 1
+	if choices != nil {
+		if *choices < 1 {
+			return parsed{}, badRequest("n", "integer_below_min_value",
+				fmt.Sprintf("Invalid 'n': integer below minimum value. Expected a value >= 1, but got %d instead.", *choices))
+		}
+		p.choices = *choices
+	}
 	return p, nil
+}
+
+func firstByte(val []byte) byte {
+	if len(val) == 0 {
+		return 0
+	}
+	return val[0]
+}
+
+// checkRoute checks what the route's prompt member must be, as OpenAI
+// does, so that a malformed request is answered here rather than by a
+// backend in its own words: chat needs messages, an array; a completion's
+// prompt and an embedding's input, when present and not null, are a string or an array
+// (vLLM also takes prompt_embeds without a prompt, and chat-style messages
+// for embeddings, so neither is required).
+func (p *parsed) checkRoute(path string) error {
+	member, kind, want := "", byte(0), ""
+	switch path {
+	case "/v1/chat/completions":
+		if p.messagesKind == 0 || p.messagesKind == 'n' {
+			return badRequest("messages", "missing_required_parameter", "Missing required parameter: 'messages'.")
+		}
+		if p.messagesKind != '[' {
+			member, kind, want = "messages", p.messagesKind, "an array of objects"
+		}
+	case "/v1/completions":
+		if p.promptKind != 0 && p.promptKind != 'n' && p.promptKind != '[' && p.promptKind != '"' {
+			member, kind, want = "prompt", p.promptKind, "a string or an array"
+		}
+	case "/v1/embeddings":
+		if p.inputKind != 0 && p.inputKind != 'n' && p.inputKind != '[' && p.inputKind != '"' {
+			member, kind, want = "input", p.inputKind, "a string or an array"
+		}
+	}
+	if member == "" {
+		return nil
+	}
+	return badRequest(member, "invalid_type",
+		fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", member, want, kindOf(kind)))
+}
+
+// kindOf names the JSON type of a value from its first byte.
+func kindOf(b byte) string {
+	switch b {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
 }
 
 // decodeSimple decodes the plainest values of the types parseInference

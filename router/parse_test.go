@@ -16,19 +16,53 @@ func TestParseInference(t *testing.T) {
 		body string
 		want parsed
 	}{
-		{"chat", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":7,"user":"u1"}`,
-			parsed{model: "m", stream: true, maxTokens: 7, user: "u1", promptTokens: 5}},
-		{"max_completion_tokens wins", `{"model":"m","max_tokens":7,"max_completion_tokens":9}`, parsed{model: "m", maxTokens: 9, promptTokens: 13}},
-		{"no max, token ids counted exactly", `{"model":"m","prompt":[10001,10002,10003]}`, parsed{model: "m", promptTokens: 3}},
-		{"a text prompt", `{"model":"m","prompt":"12345678"}`, parsed{model: "m", promptTokens: 2}},
-		{"embeddings input", `{"model":"m","input":["abcd","efgh"]}`, parsed{model: "m", promptTokens: 2}},
-		{"unknown fields pass", `{"model":"m","ignore_eos":true,"logit_bias":{"1":2}}`, parsed{model: "m", promptTokens: 13}},
+		{"chat", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":7,"user":"u1","n":3}`,
+			parsed{model: "m", stream: true, maxTokens: 7, choices: 3, user: "u1", promptTokens: 5, messagesKind: '['}},
+		{"max_completion_tokens wins", `{"model":"m","max_tokens":7,"max_completion_tokens":9}`, parsed{model: "m", maxTokens: 9, choices: 1, promptTokens: 13}},
+		{"no max, token ids counted exactly", `{"model":"m","prompt":[10001,10002,10003]}`, parsed{model: "m", choices: 1, promptTokens: 3, promptKind: '['}},
+		{"a text prompt", `{"model":"m","prompt":"12345678"}`, parsed{model: "m", choices: 1, promptTokens: 2, promptKind: '"'}},
+		{"embeddings input", `{"model":"m","input":["abcd","efgh"]}`, parsed{model: "m", choices: 1, promptTokens: 2, inputKind: '['}},
+		{"unknown fields pass", `{"model":"m","ignore_eos":true,"logit_bias":{"1":2}}`, parsed{model: "m", choices: 1, promptTokens: 13}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, apiErr := parseInference([]byte(tt.body))
 			require.Nil(t, apiErr)
 			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestCheckRoute(t *testing.T) {
+	tests := []struct {
+		path, body string
+		param      string // "" for accepted
+	}{
+		{"/v1/chat/completions", `{"model":"m","messages":[]}`, ""},
+		{"/v1/chat/completions", `{"model":"m","messages":null}`, "messages"},
+		{"/v1/chat/completions", `{"model":"m","prompt":"hi"}`, "messages"},
+		{"/v1/chat/completions", `{"model":"m","messages":{"role":"user"}}`, "messages"},
+		{"/v1/completions", `{"model":"m","prompt":"hi"}`, ""},
+		{"/v1/completions", `{"model":"m","prompt":[[1,2],[3]]}`, ""},
+		{"/v1/completions", `{"model":"m","prompt":null,"prompt_embeds":"AAAA"}`, ""},
+		{"/v1/completions", `{"model":"m","prompt_embeds":"AAAA"}`, ""},
+		{"/v1/completions", `{"model":"m","prompt":true}`, "prompt"},
+		{"/v1/embeddings", `{"model":"m","input":"hi"}`, ""},
+		{"/v1/embeddings", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, ""},
+		{"/v1/embeddings", `{"model":"m","input":12}`, "input"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path+" "+tt.body, func(t *testing.T) {
+			p, err := parseInference([]byte(tt.body))
+			require.NoError(t, err)
+			err = p.checkRoute(tt.path)
+			if tt.param == "" {
+				assert.NoError(t, err)
+				return
+			}
+			apiErr := errorFor(err)
+			assert.Equal(t, 400, apiErr.Status)
+			assert.Equal(t, tt.param, apiErr.Param)
 		})
 	}
 }
@@ -51,7 +85,7 @@ func FuzzParseInference(f *testing.F) {
 			}
 			return
 		}
-		if p.model == "" || p.maxTokens < 0 {
+		if p.model == "" || p.maxTokens < 0 || p.choices < 1 {
 			t.Fatalf("accepted %q as %+v", body, p)
 		}
 		if !json.Valid(body) {

@@ -151,6 +151,11 @@ func TestClientErrors(t *testing.T) {
 		{"model of wrong type", "/v1/chat/completions", `{"model":7}`, 400, "invalid_type", "model"},
 		{"stream of wrong type", "/v1/chat/completions", `{"model":"m","stream":"yes"}`, 400, "invalid_type", "stream"},
 		{"unknown model", "/v1/chat/completions", `{"model":"gpt-9","messages":[]}`, 404, "model_not_found", "model"},
+		{"no messages", "/v1/chat/completions", `{"model":"` + model + `"}`, 400, "missing_required_parameter", "messages"},
+		{"messages a string", "/v1/chat/completions", `{"model":"` + model + `","messages":"hi"}`, 400, "invalid_type", "messages"},
+		{"prompt a number", "/v1/completions", `{"model":"` + model + `","prompt":7}`, 400, "invalid_type", "prompt"},
+		{"input an object", "/v1/embeddings", `{"model":"` + model + `","input":{}}`, 400, "invalid_type", "input"},
+		{"n of 0", "/v1/chat/completions", `{"model":"` + model + `","n":0,"messages":[]}`, 400, "integer_below_min_value", "n"},
 		{"body too large", "/v1/completions", `{"model":"` + model + `","prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, "request_too_large", ""},
 		{"unknown route", "/v1/images/generations", `{}`, 404, "not_found", ""},
 	}

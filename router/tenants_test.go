@@ -127,6 +127,29 @@ func TestTenantRequestLimitAnswers429WithHeaders(t *testing.T) {
 	assert.Contains(t, scrape(t, s), `sluice_quota_decisions_total{dimension="requests",result="denied"} 1`)
 }
 
+// Each of n completions may run to max_tokens, so all of them are
+// reserved against the tenant's output tokens: n alone must not let a
+// tenant past its limit.
+func TestTenantOutputReservationCountsEveryChoice(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free",
+		Limits: quota.Limits{OutputTokensPerMinute: 100, OutputBurst: 100}})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.keyed(t, "sk-acme", 0)
+	ctx := context.Background()
+
+	p := chatParams(model)
+	p.N = openai.Int(3)
+	var res *http.Response
+	_, err := c.Chat.Completions.New(ctx, p, option.WithResponseInto(&res))
+	require.NoError(t, err)
+	assert.Equal(t, "76", res.Header.Get("X-Ratelimit-Remaining-Tokens"), "3 choices of max_tokens 8 reserved")
+
+	p.MaxTokens = openai.Int(40) // 120 tokens: over the limit though 40 alone is not
+	_, err = c.Chat.Completions.New(ctx, p)
+	assertAPIError(t, err, http.StatusTooManyRequests, "rate_limit_exceeded")
+}
+
 func TestTenantDailyQuotaAnswersInsufficientQuota(t *testing.T) {
 	w := startWorker(t, model, "instant", 0)
 	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free", Limits: quota.Limits{TokensPerDay: 200}})

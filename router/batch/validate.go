@@ -79,6 +79,7 @@ type lineBody struct {
 	Model               string `json:"model"`
 	MaxTokens           *int   `json:"max_tokens"`
 	MaxCompletionTokens *int   `json:"max_completion_tokens"`
+	N                   *int   `json:"n"`
 	// The prompt, for its size (jsonscan.PromptTokens, as the router
 	// estimates it).
 	Messages, Prompt, Input json.RawMessage
@@ -180,7 +181,15 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 	case body.MaxTokens != nil:
 		out = *body.MaxTokens
 	}
-	c.tokens += int64(jsonscan.PromptTokens(body.Messages, body.Prompt, body.Input, len(in.Body)) + max(out, 0))
+	choices := 1
+	if body.N != nil {
+		if *body.N < 1 {
+			bad(no, "integer_below_min_value", "body.n", "body.n must be at least 1, got %d", *body.N)
+			return
+		}
+		choices = *body.N
+	}
+	c.tokens += int64(jsonscan.PromptTokens(body.Messages, body.Prompt, body.Input, len(in.Body))) + int64(max(out, 0))*int64(choices)
 }
 
 // jsonProblem says what is wrong with a JSON value in a few words.
