@@ -43,10 +43,15 @@ func (c choice) text() string {
 	return b.String()
 }
 
-func usageOf(choices []choice) usage {
+// usageOf sums the choices' usage; the n choices of one prompt (n from
+// the request) count its tokens once, as vLLM and OpenAI count them.
+func usageOf(choices []choice, p genParams) usage {
+	n, _ := p.choices() // checked when the request arrived
 	var u usage
-	for _, c := range choices {
-		u.PromptTokens += c.prompt
+	for i, c := range choices {
+		if i%n == 0 {
+			u.PromptTokens += c.prompt
+		}
 		u.CompletionTokens += c.target
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
@@ -139,17 +144,14 @@ func (w *Worker) await(ctx context.Context, g *generation, snap []choice, ready 
 // whole builds a non-streaming response.
 func (w *Worker) whole(g *generation, cs []choice) any {
 	if g.chat {
-		c := cs[0]
-		return chatCompletion{
-			ID: g.id, Object: "chat.completion", Created: g.created, Model: w.model,
-			Choices: []chatChoice{{
-				Message:      chatMessageOut{Role: "assistant", Content: c.text()},
-				FinishReason: c.finishReason(),
-			}},
-			Usage: usageOf(cs),
+		resp := chatCompletion{ID: g.id, Object: "chat.completion", Created: g.created, Model: w.model, Usage: usageOf(cs, g.params)}
+		for i, c := range cs {
+			resp.Choices = append(resp.Choices, chatChoice{Index: i,
+				Message: chatMessageOut{Role: "assistant", Content: c.text()}, FinishReason: c.finishReason()})
 		}
+		return resp
 	}
-	u := usageOf(cs)
+	u := usageOf(cs, g.params)
 	resp := completion{ID: g.id, Object: "text_completion", Created: g.created, Model: w.model, Usage: &u}
 	for i, c := range cs {
 		reason := c.finishReason()
@@ -218,7 +220,7 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 		}
 	}
 	if g.params.includeUsage() {
-		u := usageOf(snap)
+		u := usageOf(snap, g.params)
 		var final any = completion{ID: g.id, Object: "text_completion", Created: g.created, Model: w.model,
 			Choices: []textChoice{}, Usage: &u}
 		if g.chat {

@@ -31,6 +31,38 @@ type genParams struct {
 	StreamOptions       *streamOptions `json:"stream_options"`
 	IgnoreEOS           bool           `json:"ignore_eos"`
 	Seed                *int64         `json:"seed"`
+	N                   *int           `json:"n"`
+}
+
+// maxChoices bounds n, as OpenAI's API does.
+const maxChoices = 128
+
+// choices returns how many completions to generate per prompt (n, 1 when
+// absent).
+func (p genParams) choices() (int, error) {
+	if p.N == nil {
+		return 1, nil
+	}
+	if *p.N < 1 || *p.N > maxChoices {
+		return 0, invalidRequest("n", "n must be between 1 and %d, got %d", maxChoices, *p.N)
+	}
+	return *p.N, nil
+}
+
+// specs returns the engine's work for prompts: n choices of each, prompt
+// by prompt, so that choice i*n+j is prompt i's j-th (OpenAI's order).
+// Choice j draws its output with the request's seed plus j, so the n
+// choices of one prompt differ as sampled ones do, and the first is what
+// the request alone would get.
+func (p genParams) specs(prompts []prompt, maxTokens, n int) []genSpec {
+	specs := make([]genSpec, 0, len(prompts)*n)
+	for _, pr := range prompts {
+		for j := range n {
+			specs = append(specs, genSpec{prompt: pr.tokens, hash: pr.hash, blocks: pr.blocks, maxTokens: maxTokens,
+				ignoreEOS: p.IgnoreEOS, seed: p.seed() + int64(j)})
+		}
+	}
+	return specs
 }
 
 type chatRequest struct {
@@ -282,9 +314,14 @@ func Generations(path string, body []byte, seed int64) ([]Generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Generation, len(prompts))
-	for i, p := range prompts {
-		out[i] = Generation{PromptTokens: p.tokens, OutputTokens: outputLength(p.hash, seed^params.seed(), maxTokens, params.IgnoreEOS)}
+	n, err := params.choices()
+	if err != nil {
+		return nil, err
+	}
+	specs := params.specs(prompts, maxTokens, n)
+	out := make([]Generation, len(specs))
+	for i, s := range specs {
+		out[i] = Generation{PromptTokens: s.prompt, OutputTokens: outputLength(s.hash, seed^s.seed, maxTokens, params.IgnoreEOS)}
 	}
 	return out, nil
 }

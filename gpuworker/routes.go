@@ -41,13 +41,17 @@ func (w *Worker) handleChat(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, err)
 		return
 	}
+	n, err := req.choices()
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
 	p, err := chatPrompt(req.Messages)
 	if err != nil {
 		writeError(rw, err)
 		return
 	}
-	spec := genSpec{prompt: p.tokens, hash: p.hash, blocks: p.blocks, maxTokens: maxTokens, ignoreEOS: req.IgnoreEOS, seed: req.seed()}
-	w.serveGeneration(rw, r, true, req.genParams, []genSpec{spec})
+	w.serveGeneration(rw, r, true, req.genParams, req.specs([]prompt{p}, maxTokens, n))
 }
 
 func (w *Worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
@@ -65,16 +69,17 @@ func (w *Worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, err)
 		return
 	}
+	n, err := req.choices()
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
 	prompts, err := parsePrompts("prompt", req.Prompt)
 	if err != nil {
 		writeError(rw, err)
 		return
 	}
-	specs := make([]genSpec, len(prompts))
-	for i, p := range prompts {
-		specs[i] = genSpec{prompt: p.tokens, hash: p.hash, blocks: p.blocks, maxTokens: maxTokens, ignoreEOS: req.IgnoreEOS, seed: req.seed()}
-	}
-	w.serveGeneration(rw, r, false, req.genParams, specs)
+	w.serveGeneration(rw, r, false, req.genParams, req.specs(prompts, maxTokens, n))
 }
 
 func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {

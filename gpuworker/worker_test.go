@@ -77,6 +77,42 @@ func TestChatCompletion(t *testing.T) {
 	assert.Equal(t, resp.Choices[0].Message.Content, again.Choices[0].Message.Content, "deterministic")
 }
 
+// n asks for n choices of one prompt: each its own sequence in the
+// engine, the prompt counted once in usage, as vLLM counts it.
+func TestChatNChoices(t *testing.T) {
+	w, srv := startWorker(t, gpuworker.Options{Seed: 3})
+	c := client(srv)
+	params := openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(40),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello there, worker!")}}
+	one, err := c.Chat.Completions.New(t.Context(), params)
+	require.NoError(t, err)
+	params.N = openai.Int(3)
+	resp, err := c.Chat.Completions.New(t.Context(), params)
+	require.NoError(t, err)
+	require.Len(t, resp.Choices, 3)
+	words := 0
+	for i, ch := range resp.Choices {
+		assert.EqualValues(t, i, ch.Index)
+		words += len(strings.Fields(ch.Message.Content))
+	}
+	assert.Equal(t, one.Choices[0].Message.Content, resp.Choices[0].Message.Content, "the first choice is the request's alone")
+	assert.NotEqual(t, resp.Choices[0].Message.Content, resp.Choices[1].Message.Content, "choices are drawn apart")
+	assert.Equal(t, one.Usage.PromptTokens, resp.Usage.PromptTokens, "the prompt counted once")
+	assert.EqualValues(t, words, resp.Usage.CompletionTokens)
+	assert.Equal(t, one.Usage.CompletionTokens+resp.Usage.CompletionTokens, w.Load().GenerationTokens, "every choice decoded")
+
+	stream := c.Chat.Completions.NewStreaming(t.Context(), params)
+	perChoice := map[int64]int{}
+	for stream.Next() {
+		for _, ch := range stream.Current().Choices {
+			perChoice[ch.Index]++
+		}
+	}
+	require.NoError(t, stream.Err())
+	require.NoError(t, stream.Close())
+	assert.Len(t, perChoice, 3)
+}
+
 func TestCompletionIgnoreEOSExactLength(t *testing.T) {
 	_, srv := startWorker(t, gpuworker.Options{Profile: "h100-llama3-8b", Speedup: 1000})
 	c := client(srv)
@@ -193,6 +229,8 @@ func TestRequestErrors(t *testing.T) {
 		{"no messages", "/v1/chat/completions", `{"model":"` + model + `","messages":[]}`, http.StatusBadRequest, "messages"},
 		{"zero max_tokens", "/v1/completions", `{"model":"` + model + `","prompt":"x","max_tokens":0}`, http.StatusBadRequest, "max_tokens"},
 		{"bad prompt", "/v1/completions", `{"model":"` + model + `","prompt":{}}`, http.StatusBadRequest, "prompt"},
+		{"n of 0", "/v1/chat/completions", `{"model":"` + model + `","n":0,"messages":[{"role":"user","content":"x"}]}`, http.StatusBadRequest, "n"},
+		{"n over 128", "/v1/completions", `{"model":"` + model + `","prompt":"x","n":129}`, http.StatusBadRequest, "n"},
 		{"empty prompt list", "/v1/completions", `{"model":"` + model + `","prompt":[]}`, http.StatusBadRequest, "prompt"},
 		{"embeddings unknown model", "/v1/embeddings", `{"model":"nope","input":"x"}`, http.StatusNotFound, "model"},
 	}

@@ -117,14 +117,17 @@ func parseInference(body []byte) (parsed, error) {
 	}
 	p.prefix = prefixHashesOf(messages)
 	p.includeUsage = opts != nil && opts.IncludeUsage
-	switch {
-	case maxCompl != nil:
-		p.maxTokens = *maxCompl
-	case maxTokens != nil:
-		p.maxTokens = *maxTokens
-	}
-	if p.maxTokens < 0 {
-		return parsed{}, badRequest("max_tokens", "invalid_value", "max_tokens must be at least 1")
+	for _, m := range []struct {
+		name string
+		val  *int
+	}{{"max_tokens", maxTokens}, {"max_completion_tokens", maxCompl}} {
+		if m.val != nil {
+			if *m.val < 1 {
+				return parsed{}, badRequest(m.name, "integer_below_min_value", fmt.Sprintf(
+					"Invalid '%s': integer below minimum value. Expected a value >= 1, but got %d instead.", m.name, *m.val))
+			}
+			p.maxTokens = *m.val // max_completion_tokens wins
+		}
 	}
 	p.choices = 1
 	if choices != nil {

@@ -141,9 +141,10 @@ func TestTenantOutputReservationCountsEveryChoice(t *testing.T) {
 	p := chatParams(model)
 	p.N = openai.Int(3)
 	var res *http.Response
-	_, err := c.Chat.Completions.New(ctx, p, option.WithResponseInto(&res))
+	answer, err := c.Chat.Completions.New(ctx, p, option.WithResponseInto(&res))
 	require.NoError(t, err)
 	assert.Equal(t, "76", res.Header.Get("X-Ratelimit-Remaining-Tokens"), "3 choices of max_tokens 8 reserved")
+	assert.Len(t, answer.Choices, 3)
 
 	p.MaxTokens = openai.Int(40) // 120 tokens: over the limit though 40 alone is not
 	_, err = c.Chat.Completions.New(ctx, p)
