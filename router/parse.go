@@ -43,15 +43,20 @@ type parsed struct {
 // with duplicate keys the last wins.
 func parseInference(body []byte) (parsed, error) {
 	var (
-		p                    parsed
-		maxTokens, maxCompl  *int
-		choices              *int
-		opts                 *streamOptions
+		// The request and the members decoded through pointers, in one
+		// struct so that they move to the heap in one allocation rather
+		// than one each.
+		f struct {
+			p                            parsed
+			maxTokens, maxCompl, choices *int
+			opts                         *streamOptions
+		}
 		err                  error
 		messages, promptText []byte
 		input                []byte
 		tokens               [3]int // ApproxTokens of messages, promptText and input
 	)
+	p := &f.p
 	decode := func(name string, val []byte, into any) {
 		if err != nil || decodeSimple(val, into) {
 			return
@@ -76,15 +81,15 @@ func parseInference(body []byte) (parsed, error) {
 		case "stream":
 			decode("stream", val, &p.stream)
 		case "max_tokens":
-			decode("max_tokens", val, &maxTokens)
+			decode("max_tokens", val, &f.maxTokens)
 		case "max_completion_tokens":
-			decode("max_completion_tokens", val, &maxCompl)
+			decode("max_completion_tokens", val, &f.maxCompl)
 		case "n":
-			decode("n", val, &choices)
+			decode("n", val, &f.choices)
 		case "user":
 			decode("user", val, &p.user)
 		case "stream_options":
-			decode("stream_options", val, &opts)
+			decode("stream_options", val, &f.opts)
 		case "service_tier":
 			decode("service_tier", val, &p.serviceTier)
 		case "messages":
@@ -116,11 +121,11 @@ func parseInference(body []byte) (parsed, error) {
 		messages = promptText
 	}
 	p.prefix = prefixHashesOf(messages)
-	p.includeUsage = opts != nil && opts.IncludeUsage
+	p.includeUsage = f.opts != nil && f.opts.IncludeUsage
 	for _, m := range []struct {
 		name string
 		val  *int
-	}{{"max_tokens", maxTokens}, {"max_completion_tokens", maxCompl}} {
+	}{{"max_tokens", f.maxTokens}, {"max_completion_tokens", f.maxCompl}} {
 		if m.val != nil {
 			if *m.val < 1 {
 				return parsed{}, badRequest(m.name, "integer_below_min_value", fmt.Sprintf(
@@ -130,14 +135,14 @@ func parseInference(body []byte) (parsed, error) {
 		}
 	}
 	p.choices = 1
-	if choices != nil {
-		if *choices < 1 {
+	if f.choices != nil {
+		if *f.choices < 1 {
 			return parsed{}, badRequest("n", "integer_below_min_value",
-				fmt.Sprintf("Invalid 'n': integer below minimum value. Expected a value >= 1, but got %d instead.", *choices))
+				fmt.Sprintf("Invalid 'n': integer below minimum value. Expected a value >= 1, but got %d instead.", *f.choices))
 		}
-		p.choices = *choices
+		p.choices = *f.choices
 	}
-	return p, nil
+	return *p, nil
 }
 
 func firstByte(val []byte) byte {
