@@ -155,9 +155,9 @@ func firstByte(val []byte) byte {
 // checkRoute checks what the route's prompt member must be, as OpenAI
 // does, so that a malformed request is answered here rather than by a
 // backend in its own words: chat needs messages, an array; a completion's
-// prompt and an embedding's input, when present and not null, are a string or an array
-// (vLLM also takes prompt_embeds without a prompt, and chat-style messages
-// for embeddings, so neither is required).
+// prompt and an embedding's input, when present and not null, are a
+// string or an array (vLLM also takes prompt_embeds without a prompt, and
+// chat-style messages for embeddings, so neither is required).
 func (p *parsed) checkRoute(path string) error {
 	member, kind, want := "", byte(0), ""
 	switch path {
