@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 )
 
@@ -95,9 +96,38 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		if errors.As(err, &tooBig) {
 			return invalidRequest("", "request body larger than %d bytes", tooBig.Limit)
 		}
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			// Named by the request's field, not by this package's types.
+			t := typeErr.Type
+			for t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+			field := strings.TrimPrefix(typeErr.Field, "genParams.") // the embedded struct's members are the request's own
+			return invalidRequest(field, "Invalid type for '%s': expected %s, but got %s.",
+				field, jsonKind(t.Kind()), typeErr.Value)
+		}
 		return invalidRequest("", "invalid JSON body: %v", err)
 	}
 	return nil
+}
+
+// jsonKind names a Go kind as a JSON type.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	default:
+		return "an integer"
+	}
 }
 
 // checkModel validates the requested model name against the served one.

@@ -229,6 +229,8 @@ func TestRequestErrors(t *testing.T) {
 		{"no messages", "/v1/chat/completions", `{"model":"` + model + `","messages":[]}`, http.StatusBadRequest, "messages"},
 		{"zero max_tokens", "/v1/completions", `{"model":"` + model + `","prompt":"x","max_tokens":0}`, http.StatusBadRequest, "max_tokens"},
 		{"bad prompt", "/v1/completions", `{"model":"` + model + `","prompt":{}}`, http.StatusBadRequest, "prompt"},
+		{"messages a string", "/v1/chat/completions", `{"model":"` + model + `","messages":"hi"}`, http.StatusBadRequest, "messages"},
+		{"max_tokens a string", "/v1/completions", `{"model":"` + model + `","prompt":"x","max_tokens":"ten"}`, http.StatusBadRequest, "max_tokens"},
 		{"n of 0", "/v1/chat/completions", `{"model":"` + model + `","n":0,"messages":[{"role":"user","content":"x"}]}`, http.StatusBadRequest, "n"},
 		{"n over 128", "/v1/completions", `{"model":"` + model + `","prompt":"x","n":129}`, http.StatusBadRequest, "n"},
 		{"empty prompt list", "/v1/completions", `{"model":"` + model + `","prompt":[]}`, http.StatusBadRequest, "prompt"},
@@ -243,6 +245,7 @@ func TestRequestErrors(t *testing.T) {
 			assert.Equal(t, tt.status, apiErr.StatusCode)
 			assert.NotEmpty(t, apiErr.Message)
 			assert.Equal(t, tt.param, apiErr.Param)
+			assert.NotContains(t, apiErr.Message, "gpuworker.", "named by the request's fields, not the worker's Go types")
 			if tt.status == http.StatusBadRequest {
 				assert.Equal(t, "invalid_request_error", apiErr.Type)
 			}
