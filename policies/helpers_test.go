@@ -1,6 +1,7 @@
 package policies_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +15,8 @@ func TestExpectedTokens(t *testing.T) {
 	assert.EqualValues(t, 100+policies.DefaultExpectedOutput, (&policies.Request{PromptTokens: 100}).ExpectedTokens())
 	assert.EqualValues(t, 108, (&policies.Request{PromptTokens: 100, MaxTokens: 8, Choices: 1}).ExpectedTokens())
 	assert.EqualValues(t, 124, (&policies.Request{PromptTokens: 100, MaxTokens: 8, Choices: 3}).ExpectedTokens(), "n completions of one prompt")
+	huge := &policies.Request{PromptTokens: 100, MaxTokens: math.MaxInt, Choices: 128}
+	assert.EqualValues(t, 100+128*policies.MaxOutputEstimate, huge.ExpectedTokens(), "bounded: no overflow")
 }
 
 func TestRandSeeded(t *testing.T) {

@@ -53,6 +53,17 @@ type Request struct {
 // sets no max_tokens, when estimating its cost.
 const DefaultExpectedOutput = 256
 
+// MaxOutputEstimate bounds the output counted for one choice: a max_tokens
+// beyond it (no model writes a billion tokens) is counted as it, so that
+// estimates and their sums cannot overflow.
+const MaxOutputEstimate = 1 << 30
+
+// OutputEstimate is the output counted for a request: maxTokens (at most
+// MaxOutputEstimate) for each of its choices (at least one).
+func OutputEstimate(maxTokens, choices int) int64 {
+	return int64(min(maxTokens, MaxOutputEstimate)) * int64(max(choices, 1))
+}
+
 // ExpectedTokens is the request's estimated cost in tokens: prompt plus
 // max_tokens (or DefaultExpectedOutput when max_tokens is unset) for each
 // of its choices.
@@ -61,7 +72,7 @@ func (r *Request) ExpectedTokens() int64 {
 	if out <= 0 {
 		out = DefaultExpectedOutput
 	}
-	return int64(r.PromptTokens) + int64(out)*int64(max(r.Choices, 1))
+	return int64(r.PromptTokens) + OutputEstimate(out, r.Choices)
 }
 
 // Picker chooses one endpoint for a request. endpoints is never empty and

@@ -122,11 +122,11 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	preq.Tenant, preq.Tier, preq.Priority = tenant.Name, tenant.Tier, tenant.Priority
 	ask := quota.Amount{Requests: 1, Input: int64(req.promptTokens)}
 	if r.URL.Path != "/v1/embeddings" {
-		ask.Output = int64(req.maxTokens)
-		if req.maxTokens == 0 {
-			ask.Output = int64(tenant.DefaultMaxTokens)
+		out := req.maxTokens
+		if out == 0 {
+			out = tenant.DefaultMaxTokens
 		}
-		ask.Output *= int64(req.choices) // each of n completions may run to max_tokens
+		ask.Output = policies.OutputEstimate(out, req.choices) // each of n completions may run to max_tokens
 	}
 	span := rt.stageSpan(r.Context(), "limit")
 	res, err := rt.limiter.Reserve(r.Context(), tenant.Name, tenant.Limits, ask)

@@ -34,6 +34,10 @@ type parsed struct {
 	messagesKind, promptKind, inputKind byte
 }
 
+// maxChoices is the most completions a request may ask for (n), as
+// OpenAI's API allows.
+const maxChoices = 128
+
 // parseInference validates body as a JSON object carrying a model name and
 // returns its routing fields, or an *APIError naming the problem. The body
 // is read once: jsonscan.Object validates it (as json.Valid would, several
@@ -136,9 +140,13 @@ func parseInference(body []byte) (parsed, error) {
 	}
 	p.choices = 1
 	if f.choices != nil {
-		if *f.choices < 1 {
+		switch n := *f.choices; {
+		case n < 1:
 			return parsed{}, badRequest("n", "integer_below_min_value",
-				fmt.Sprintf("Invalid 'n': integer below minimum value. Expected a value >= 1, but got %d instead.", *f.choices))
+				fmt.Sprintf("Invalid 'n': integer below minimum value. Expected a value >= 1, but got %d instead.", n))
+		case n > maxChoices:
+			return parsed{}, badRequest("n", "integer_above_max_value",
+				fmt.Sprintf("Invalid 'n': integer above maximum value. Expected a value <= %d, but got %d instead.", maxChoices, n))
 		}
 		p.choices = *f.choices
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/sluice-llm/sluice/policies"
 	"github.com/sluice-llm/sluice/router/jsonscan"
 )
 
@@ -84,6 +85,10 @@ type lineBody struct {
 	// estimates it).
 	Messages, Prompt, Input json.RawMessage
 }
+
+// maxChoices is the most completions a line may ask for (n), as the router
+// allows.
+const maxChoices = 128
 
 // validate reads a batch's input line by line: each must be a JSON object
 // with a unique custom_id, method POST, the batch's url and a body naming
@@ -183,13 +188,14 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 	}
 	choices := 1
 	if body.N != nil {
-		if *body.N < 1 {
-			bad(no, "integer_below_min_value", "body.n", "body.n must be at least 1, got %d", *body.N)
+		if *body.N < 1 || *body.N > maxChoices {
+			bad(no, "invalid_value", "body.n", "body.n must be from 1 to %d, got %d", maxChoices, *body.N)
 			return
 		}
 		choices = *body.N
 	}
-	c.tokens += int64(jsonscan.PromptTokens(body.Messages, body.Prompt, body.Input, len(in.Body))) + int64(max(out, 0))*int64(choices)
+	c.tokens += int64(jsonscan.PromptTokens(body.Messages, body.Prompt, body.Input, len(in.Body))) +
+		policies.OutputEstimate(max(out, 0), choices)
 }
 
 // jsonProblem says what is wrong with a JSON value in a few words.

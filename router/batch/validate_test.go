@@ -45,7 +45,7 @@ func TestInvalidInput(t *testing.T) {
 				"line 4: body must be a JSON object"},
 			[]string{"missing_required_parameter", "invalid_method", "missing_required_parameter", "invalid_body"}},
 		{"n of 0", []string{chatLine("a", model, 4), `{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"model":"` + model + `","n":0}}`},
-			[]string{"line 2: body.n must be at least 1, got 0"}, []string{"integer_below_min_value"}},
+			[]string{"line 2: body.n must be from 1 to 128, got 0"}, []string{"invalid_value"}},
 		{"blank lines keep their numbers", []string{"", chatLine("a", model, 4), "  ", `[1]`},
 			[]string{"line 4: not a JSON object"}, []string{"invalid_json_line"}},
 		{"empty", []string{"", ""}, []string{"the input file holds no requests"}, []string{"empty_file"}},
