@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strings"
+
+	"github.com/sluice-llm/sluice/router/jsonscan"
 )
 
 // maxBodyBytes bounds a request body.
@@ -99,35 +100,13 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
 			// Named by the request's field, not by this package's types.
-			t := typeErr.Type
-			for t.Kind() == reflect.Pointer {
-				t = t.Elem()
-			}
 			field := strings.TrimPrefix(typeErr.Field, "genParams.") // the embedded struct's members are the request's own
 			return invalidRequest(field, "Invalid type for '%s': expected %s, but got %s.",
-				field, jsonKind(t.Kind()), typeErr.Value)
+				field, jsonscan.TypeName(typeErr.Type), typeErr.Value)
 		}
 		return invalidRequest("", "invalid JSON body: %v", err)
 	}
 	return nil
-}
-
-// jsonKind names a Go kind as a JSON type.
-func jsonKind(k reflect.Kind) string {
-	switch k {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	default:
-		return "an integer"
-	}
 }
 
 // checkModel validates the requested model name against the served one.

@@ -67,12 +67,12 @@ func parseInference(body []byte) (parsed, error) {
 		}
 		if e := json.Unmarshal(val, into); e != nil {
 			var typeErr *json.UnmarshalTypeError
-			field, want, got := name, jsonKind(reflect.TypeOf(into)), "another type"
+			field, want, got := name, jsonscan.TypeName(reflect.TypeOf(into)), "another type"
 			if errors.As(e, &typeErr) {
 				if typeErr.Field != "" {
 					field += "." + typeErr.Field
 				}
-				want, got = jsonKind(typeErr.Type), typeErr.Value
+				want, got = jsonscan.TypeName(typeErr.Type), typeErr.Value
 			}
 			err = badRequest(field, "invalid_type",
 				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s.", field, want, got))
@@ -273,27 +273,4 @@ func decodeSimple(val []byte, into any) bool {
 func bodyTooLarge(limit int64) *APIError {
 	return &APIError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
 		Message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit)}
-}
-
-// jsonKind names a Go type the way a JSON client thinks of it.
-func jsonKind(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	}
-	return "another type"
 }

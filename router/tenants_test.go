@@ -52,6 +52,17 @@ func (s *sluice) keyed(t testing.TB, key string, retries int) openai.Client {
 		option.WithMaxRetries(retries), option.WithHTTPClient(&http.Client{Transport: tr}))
 }
 
+// acmeSluice serves one instant worker to tenant acme of the free tier
+// with limits, and returns the official client with acme's key (retries as
+// given).
+func acmeSluice(t *testing.T, limits quota.Limits, retries int) (*sluice, openai.Client) {
+	t.Helper()
+	w := startWorker(t, model, "instant", 0)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free", Limits: limits})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	return s, s.keyed(t, "sk-acme", retries)
+}
+
 func TestTenantKeysAndModels(t *testing.T) {
 	w := startWorker(t, model, "instant", 0)
 	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro"},
@@ -95,11 +106,7 @@ func TestTenantKeysAndModels(t *testing.T) {
 }
 
 func TestTenantRequestLimitAnswers429WithHeaders(t *testing.T) {
-	w := startWorker(t, model, "instant", 0)
-	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free",
-		Limits: quota.Limits{RequestsPerMinute: 2, RequestBurst: 2, OutputTokensPerMinute: 6000, OutputBurst: 6000}})
-	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
-	c := s.keyed(t, "sk-acme", 0)
+	s, c := acmeSluice(t, quota.Limits{RequestsPerMinute: 2, RequestBurst: 2, OutputTokensPerMinute: 6000, OutputBurst: 6000}, 0)
 	ctx := context.Background()
 
 	var res *http.Response
@@ -131,11 +138,7 @@ func TestTenantRequestLimitAnswers429WithHeaders(t *testing.T) {
 // reserved against the tenant's output tokens: n alone must not let a
 // tenant past its limit.
 func TestTenantOutputReservationCountsEveryChoice(t *testing.T) {
-	w := startWorker(t, model, "instant", 0)
-	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free",
-		Limits: quota.Limits{OutputTokensPerMinute: 100, OutputBurst: 100}})
-	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
-	c := s.keyed(t, "sk-acme", 0)
+	_, c := acmeSluice(t, quota.Limits{OutputTokensPerMinute: 100, OutputBurst: 100}, 0)
 	ctx := context.Background()
 
 	p := chatParams(model)
@@ -152,10 +155,7 @@ func TestTenantOutputReservationCountsEveryChoice(t *testing.T) {
 }
 
 func TestTenantDailyQuotaAnswersInsufficientQuota(t *testing.T) {
-	w := startWorker(t, model, "instant", 0)
-	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free", Limits: quota.Limits{TokensPerDay: 200}})
-	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
-	c := s.keyed(t, "sk-acme", 0)
+	_, c := acmeSluice(t, quota.Limits{TokensPerDay: 200}, 0)
 	p := chatParams(model)
 	p.MaxTokens = openai.Int(60)
 	_, err := c.Chat.Completions.New(context.Background(), p) // reserves prompt + 60, settles less
@@ -169,11 +169,7 @@ func TestTenantDailyQuotaAnswersInsufficientQuota(t *testing.T) {
 }
 
 func TestOpenAIClientBacksOffAsRetryAfterSays(t *testing.T) {
-	w := startWorker(t, model, "instant", 0)
-	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "free",
-		Limits: quota.Limits{RequestsPerMinute: 120, RequestBurst: 1}})
-	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
-	c := s.keyed(t, "sk-acme", 2)
+	s, c := acmeSluice(t, quota.Limits{RequestsPerMinute: 120, RequestBurst: 1}, 2)
 	ctx := context.Background()
 	_, err := c.Chat.Completions.New(ctx, chatParams(model))
 	require.NoError(t, err)
