@@ -6,9 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
-
-	"github.com/sluice-llm/sluice/router/jsonscan"
 )
 
 // maxBodyBytes bounds a request body.
@@ -102,11 +101,25 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 			// Named by the request's field, not by this package's types.
 			field := strings.TrimPrefix(typeErr.Field, "genParams.") // the embedded struct's members are the request's own
 			return invalidRequest(field, "Invalid type for '%s': expected %s, but got %s.",
-				field, jsonscan.TypeName(typeErr.Type), typeErr.Value)
+				field, expectedJSON(typeErr.Type), typeErr.Value)
 		}
 		return invalidRequest("", "invalid JSON body: %v", err)
 	}
 	return nil
+}
+
+// expectedJSON names the JSON type a request field of Go type t takes (the
+// worker's requests hold strings, booleans, integers, arrays and objects).
+func expectedJSON(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	names := map[reflect.Kind]string{reflect.String: "a string", reflect.Bool: "a boolean", reflect.Int: "an integer",
+		reflect.Int64: "an integer", reflect.Slice: "an array", reflect.Struct: "an object"}
+	if n, ok := names[t.Kind()]; ok {
+		return n
+	}
+	return "another type"
 }
 
 // checkModel validates the requested model name against the served one.

@@ -9,7 +9,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/sluice-llm/sluice/policies"
 	"github.com/sluice-llm/sluice/router/jsonscan"
 )
 
@@ -87,8 +86,13 @@ type lineBody struct {
 }
 
 // maxChoices is the most completions a line may ask for (n), as the router
-// allows.
-const maxChoices = 128
+// allows; maxOutputEstimate bounds the output counted for each, as the
+// router's estimate does (policies.OutputEstimate), so that the sum cannot
+// overflow.
+const (
+	maxChoices        = 128
+	maxOutputEstimate = 1 << 30
+)
 
 // validate reads a batch's input line by line: each must be a JSON object
 // with a unique custom_id, method POST, the batch's url and a body naming
@@ -195,7 +199,7 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 		choices = *body.N
 	}
 	c.tokens += int64(jsonscan.PromptTokens(body.Messages, body.Prompt, body.Input, len(in.Body))) +
-		policies.OutputEstimate(max(out, 0), choices)
+		int64(min(max(out, 0), maxOutputEstimate))*int64(choices)
 }
 
 // jsonProblem says what is wrong with a JSON value in a few words.
