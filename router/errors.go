@@ -65,7 +65,9 @@ func writeError(w http.ResponseWriter, e *APIError) {
 		body.Error.Code = &e.Code
 	}
 	w.WriteHeader(e.Status)
-	_ = json.NewEncoder(w).Encode(body) // the client may be gone; nothing to do about it
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // ">= 1" reads as written, not as "\u003e= 1"
+	_ = enc.Encode(body)     // the client may be gone; nothing to do about it
 }
 
 func badRequest(param, code, msg string) *APIError {

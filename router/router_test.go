@@ -132,6 +132,20 @@ func TestCompletionsAndEmbeddings(t *testing.T) {
 	assert.Positive(t, emb.Usage.PromptTokens)
 }
 
+// An error's message reads as written on the wire: JSON's HTML escapes
+// are valid but make ">= 1" read "\u003e= 1" to anyone looking at it.
+func TestErrorMessagesAreNotHTMLEscaped(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	res, err := http.Post(s.srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"`+model+`","n":0,"messages":[]}`))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), "Expected a value >= 1")
+}
+
 func TestClientErrors(t *testing.T) {
 	w := startWorker(t, model, "instant", 0)
 	s := startSluice(t, router.Options{MaxBodyBytes: 4096}, routeSpec{model: model, urls: []string{w.srv.URL}})
