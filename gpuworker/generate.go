@@ -46,7 +46,10 @@ func (c choice) text() string {
 // usageOf sums the choices' usage; the n choices of one prompt (n from
 // the request) count its tokens once, as vLLM and OpenAI count them.
 func usageOf(choices []choice, p genParams) usage {
-	n, _ := p.choices() // checked when the request arrived
+	n, err := p.choices() // checked when the request arrived
+	if err != nil {
+		n = 1
+	}
 	var u usage
 	for i, c := range choices {
 		if i%n == 0 {
