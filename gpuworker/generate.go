@@ -22,6 +22,7 @@ type generation struct {
 	id      string
 	created int64
 	params  genParams
+	n       int // choices per prompt
 	job     *job
 
 	latch      *crashLatch // the worker's crash latch when the request arrived
@@ -43,13 +44,9 @@ func (c choice) text() string {
 	return b.String()
 }
 
-// usageOf sums the choices' usage; the n choices of one prompt (n from
-// the request) count its tokens once, as vLLM and OpenAI count them.
-func usageOf(choices []choice, p genParams) usage {
-	n, err := p.choices() // checked when the request arrived
-	if err != nil {
-		n = 1
-	}
+// usageOf sums the choices' usage; the n choices of one prompt count its
+// tokens once, as vLLM and OpenAI count them.
+func usageOf(choices []choice, n int) usage {
 	var u usage
 	for i, c := range choices {
 		if i%n == 0 {
@@ -61,9 +58,9 @@ func usageOf(choices []choice, p genParams) usage {
 	return u
 }
 
-// serveGeneration submits specs, waits on the engine and writes the answer,
+// serveGeneration submits specs (n choices of each prompt, in order), waits on the engine and writes the answer,
 // streamed or whole. Leaving early, for any reason, cancels the engine work.
-func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, chat bool, p genParams, specs []genSpec) {
+func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, chat bool, p genParams, specs []genSpec, n int) {
 	latch := w.latch.Load()
 	faults := w.faults.Load().f
 	if !w.addLatency(r.Context(), rw, faults.AddedLatency) {
@@ -76,7 +73,7 @@ func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, chat b
 		return
 	}
 	defer w.release(j)
-	g := &generation{chat: chat, created: time.Now().Unix(), params: p, job: j, latch: latch, stallAfter: stallAfter}
+	g := &generation{chat: chat, created: time.Now().Unix(), params: p, n: n, job: j, latch: latch, stallAfter: stallAfter}
 	prefix := "cmpl-"
 	if chat {
 		prefix = "chatcmpl-"
@@ -147,14 +144,14 @@ func (w *Worker) await(ctx context.Context, g *generation, snap []choice, ready 
 // whole builds a non-streaming response.
 func (w *Worker) whole(g *generation, cs []choice) any {
 	if g.chat {
-		resp := chatCompletion{ID: g.id, Object: "chat.completion", Created: g.created, Model: w.model, Usage: usageOf(cs, g.params)}
+		resp := chatCompletion{ID: g.id, Object: "chat.completion", Created: g.created, Model: w.model, Usage: usageOf(cs, g.n)}
 		for i, c := range cs {
 			resp.Choices = append(resp.Choices, chatChoice{Index: i,
 				Message: chatMessageOut{Role: "assistant", Content: c.text()}, FinishReason: c.finishReason()})
 		}
 		return resp
 	}
-	u := usageOf(cs, g.params)
+	u := usageOf(cs, g.n)
 	resp := completion{ID: g.id, Object: "text_completion", Created: g.created, Model: w.model, Usage: &u}
 	for i, c := range cs {
 		reason := c.finishReason()
@@ -223,7 +220,7 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 		}
 	}
 	if g.params.includeUsage() {
-		u := usageOf(snap, g.params)
+		u := usageOf(snap, g.n)
 		var final any = completion{ID: g.id, Object: "text_completion", Created: g.created, Model: w.model,
 			Choices: []textChoice{}, Usage: &u}
 		if g.chat {

@@ -51,7 +51,7 @@ func (w *Worker) handleChat(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, err)
 		return
 	}
-	w.serveGeneration(rw, r, true, req.genParams, req.specs([]prompt{p}, maxTokens, n))
+	w.serveGeneration(rw, r, true, req.genParams, req.specs([]prompt{p}, maxTokens, n), n)
 }
 
 func (w *Worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
@@ -79,7 +79,7 @@ func (w *Worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, err)
 		return
 	}
-	w.serveGeneration(rw, r, false, req.genParams, req.specs(prompts, maxTokens, n))
+	w.serveGeneration(rw, r, false, req.genParams, req.specs(prompts, maxTokens, n), n)
 }
 
 func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {

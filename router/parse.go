@@ -140,7 +140,8 @@ func parseInference(body []byte) (parsed, error) {
 	}
 	p.choices = 1
 	if f.choices != nil {
-		switch n := *f.choices; {
+		n := *f.choices
+		switch {
 		case n < 1:
 			return parsed{}, badRequest("n", "integer_below_min_value",
 				fmt.Sprintf("Invalid 'n': integer below minimum value. Expected a value >= 1, but got %d instead.", n))
@@ -148,7 +149,7 @@ func parseInference(body []byte) (parsed, error) {
 			return parsed{}, badRequest("n", "integer_above_max_value",
 				fmt.Sprintf("Invalid 'n': integer above maximum value. Expected a value <= %d, but got %d instead.", maxChoices, n))
 		}
-		p.choices = *f.choices
+		p.choices = n
 	}
 	return *p, nil
 }
@@ -177,11 +178,11 @@ func (p *parsed) checkRoute(path string) error {
 			member, kind, want = "messages", p.messagesKind, "an array of objects"
 		}
 	case "/v1/completions":
-		if p.promptKind != 0 && p.promptKind != 'n' && p.promptKind != '[' && p.promptKind != '"' {
+		if !textOrAbsent(p.promptKind) {
 			member, kind, want = "prompt", p.promptKind, "a string or an array"
 		}
 	case "/v1/embeddings":
-		if p.inputKind != 0 && p.inputKind != 'n' && p.inputKind != '[' && p.inputKind != '"' {
+		if !textOrAbsent(p.inputKind) {
 			member, kind, want = "input", p.inputKind, "a string or an array"
 		}
 	}
@@ -191,6 +192,10 @@ func (p *parsed) checkRoute(path string) error {
 	return badRequest(member, "invalid_type",
 		fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", member, want, kindOf(kind)))
 }
+
+// textOrAbsent reports whether a prompt member of kind k (its first byte)
+// is a string, an array, null or absent.
+func textOrAbsent(k byte) bool { return k == 0 || k == 'n' || k == '[' || k == '"' }
 
 // kindOf names the JSON type of a value from its first byte.
 func kindOf(b byte) string {
