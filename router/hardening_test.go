@@ -40,6 +40,21 @@ func TestClientMistakesReadPlainly(t *testing.T) {
 	assert.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
 	assert.Equal(t, "POST", res.Header.Get("Allow"))
 
+	// HEAD is served wherever GET is, headers only (the 405's Allow says so).
+	for _, path := range []string{"/v1/models", "/v1/models/" + model, "/healthz", "/readyz", "/metrics"} {
+		res, err = http.Head(s.srv.URL + path)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		assert.Equal(t, http.StatusOK, res.StatusCode, path)
+		assert.Empty(t, body, path)
+	}
+	res, err = http.Head(s.srv.URL + "/v1/chat/completions")
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
+	assert.Equal(t, "POST", res.Header.Get("Allow"))
+
 	res, err = http.Post(s.srv.URL+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"`+model+`","max_tokens":"ten"}`))
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
@@ -300,7 +301,10 @@ func (rt *Router) SetTenants(d *auth.Directory) error {
 // Handler returns the HTTP handler with every route and middleware.
 func (rt *Router) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.Recoverer(rt.log),
+	// chimw.GetHead: a HEAD request is served by its route's GET handler
+	// (the server sends the headers and drops the body), as the 405's Allow
+	// promises; health checks and load balancers probe with HEAD.
+	r.Use(chimw.GetHead, middleware.RequestID, middleware.Recoverer(rt.log),
 		middleware.Tracing(middleware.TracingOptions{Provider: rt.tracer}))
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found",

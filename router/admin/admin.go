@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
 )
 
 // Backend is one backend of one model as the admin API shows it.
@@ -66,6 +67,7 @@ func Handler(rt Runtime, token string, status *Monitor) http.Handler {
 		})
 	}
 	root := chi.NewRouter()
+	root.Use(chimw.GetHead) // HEAD is served as GET, headers only
 	root.NotFound(auth(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fail(w, http.StatusNotFound, "no such admin route")
 	})).ServeHTTP)

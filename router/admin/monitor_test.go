@@ -188,6 +188,24 @@ func TestStatusPageAndData(t *testing.T) {
 			assert.Contains(t, res.Header.Get("Content-Security-Policy"), "script-src 'self'", tt.path)
 		}
 	}
+	// HEAD is served as GET, headers only: the page's health probed, the
+	// data still behind the token.
+	for _, tt := range []struct {
+		path, token string
+		code        int
+	}{{"/status", "", http.StatusOK}, {"/admin/status", "secret", http.StatusOK}, {"/admin/status", "", http.StatusUnauthorized}} {
+		req, err := http.NewRequest(http.MethodHead, srv.URL+tt.path, nil)
+		require.NoError(t, err)
+		if tt.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tt.token)
+		}
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		assert.Equal(t, tt.code, res.StatusCode, "HEAD %s", tt.path)
+		assert.Empty(t, b, "HEAD %s", tt.path)
+	}
 	res, body := get("/admin/status", "secret")
 	assert.Equal(t, "no-store", res.Header.Get("Cache-Control"))
 	var s admin.Status
