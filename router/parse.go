@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -74,6 +75,9 @@ func parseInference(body []byte) (parsed, error) {
 				}
 				want, got = jsonscan.TypeName(typeErr.Type), typeErr.Value
 			}
+			if err = numberError(field, want, val); err != nil {
+				return
+			}
 			err = badRequest(field, "invalid_type",
 				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s.", field, want, got))
 		}
@@ -95,6 +99,9 @@ func parseInference(body []byte) (parsed, error) {
 		case "stream_options":
 			decode("stream_options", val, &f.opts)
 		case "service_tier":
+			if string(val) == `""` && err == nil { // given, and empty: not the same as absent
+				err = badRequest("service_tier", "invalid_value", `service_tier must be one of auto, default, flex, priority; got ""`)
+			}
 			decode("service_tier", val, &p.serviceTier)
 		case "messages":
 			messages, tokens[0] = val, n
@@ -152,6 +159,27 @@ func parseInference(body []byte) (parsed, error) {
 		p.choices = n
 	}
 	return *p, nil
+}
+
+// numberError is the answer for a JSON number val that an integer field
+// (want, as jsonscan.TypeName names it) could not take, in OpenAI's words:
+// a decimal number is the wrong type; an integer past the range of int is
+// above (or below) the largest value. Nil when val is not a number or the
+// field not an integer.
+func numberError(field, want string, val []byte) error {
+	if want != "an integer" || len(val) == 0 || (val[0] != '-' && (val[0] < '0' || val[0] > '9')) {
+		return nil
+	}
+	if bytes.ContainsAny(val, ".eE") {
+		return badRequest(field, "invalid_type",
+			fmt.Sprintf("Invalid type for '%s': expected an integer, but got a decimal number instead.", field))
+	}
+	if val[0] == '-' {
+		return badRequest(field, "integer_below_min_value", fmt.Sprintf(
+			"Invalid '%s': integer below minimum value. Expected a value >= %d, but got %s instead.", field, math.MinInt, echo(string(val))))
+	}
+	return badRequest(field, "integer_above_max_value", fmt.Sprintf(
+		"Invalid '%s': integer above maximum value. Expected a value <= %d, but got %s instead.", field, math.MaxInt, echo(string(val))))
 }
 
 func firstByte(val []byte) byte {

@@ -67,6 +67,26 @@ func TestCheckRoute(t *testing.T) {
 	}
 }
 
+func TestNumberErrorsReadAsOpenAIs(t *testing.T) {
+	tests := []struct{ body, code, msg string }{
+		{`{"model":"m","max_tokens":5.5}`, "invalid_type", "Invalid type for 'max_tokens': expected an integer, but got a decimal number instead."},
+		{`{"model":"m","n":1e3}`, "invalid_type", "Invalid type for 'n': expected an integer, but got a decimal number instead."},
+		{`{"model":"m","max_tokens":9223372036854775808}`, "integer_above_max_value",
+			"Invalid 'max_tokens': integer above maximum value. Expected a value <= 9223372036854775807, but got 9223372036854775808 instead."},
+		{`{"model":"m","max_completion_tokens":-9223372036854775809}`, "integer_below_min_value",
+			"Invalid 'max_completion_tokens': integer below minimum value. Expected a value >= -9223372036854775808, but got -9223372036854775809 instead."},
+		{`{"model":"m","max_tokens":"5"}`, "invalid_type", "Invalid type for 'max_tokens': expected an integer, but got string."},
+		{`{"model":"m","stream":1.5}`, "invalid_type", "Invalid type for 'stream': expected a boolean, but got number."},
+	}
+	for _, tt := range tests {
+		_, err := parseInference([]byte(tt.body))
+		require.Error(t, err, tt.body)
+		apiErr := errorFor(err)
+		assert.Equal(t, tt.code, apiErr.Code, tt.body)
+		assert.Equal(t, tt.msg, apiErr.Message, tt.body)
+	}
+}
+
 func FuzzParseInference(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","messages":[]}`, `{"model":""}`, `{"model":1}`, `[]`, `{`, ``, `null`,

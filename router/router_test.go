@@ -173,6 +173,10 @@ func TestClientErrors(t *testing.T) {
 		{"n over 128", "/v1/chat/completions", `{"model":"` + model + `","n":129,"messages":[]}`, 400, "integer_above_max_value", "n"},
 		{"max_tokens of 0", "/v1/chat/completions", `{"model":"` + model + `","max_tokens":0,"messages":[]}`, 400, "integer_below_min_value", "max_tokens"},
 		{"max_completion_tokens negative", "/v1/chat/completions", `{"model":"` + model + `","max_completion_tokens":-3,"messages":[]}`, 400, "integer_below_min_value", "max_completion_tokens"},
+		{"max_tokens past int", "/v1/chat/completions", `{"model":"` + model + `","max_tokens":9223372036854775808,"messages":[]}`, 400, "integer_above_max_value", "max_tokens"},
+		{"n far below int", "/v1/chat/completions", `{"model":"` + model + `","n":-99999999999999999999,"messages":[]}`, 400, "integer_below_min_value", "n"},
+		{"max_tokens a decimal", "/v1/chat/completions", `{"model":"` + model + `","max_tokens":5.5,"messages":[]}`, 400, "invalid_type", "max_tokens"},
+		{"service_tier empty", "/v1/chat/completions", `{"model":"` + model + `","service_tier":"","messages":[]}`, 400, "invalid_value", "service_tier"},
 		{"body too large", "/v1/completions", `{"model":"` + model + `","prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, "request_too_large", ""},
 		{"unknown route", "/v1/images/generations", `{}`, 404, "not_found", ""},
 	}
