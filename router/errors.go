@@ -74,6 +74,10 @@ func badRequest(param, code, msg string) *APIError {
 	return &APIError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: code, Message: msg}
 }
 
+// errClientLeft is a request whose client closed the connection before
+// its body arrived: logged as 499, never answered.
+var errClientLeft = errors.New("router: the client left before its request body arrived")
+
 // modelNotFoundError is a model that is not served, or not to this tenant.
 type modelNotFoundError struct{ model string }
 
@@ -187,7 +191,7 @@ func errorFor(err error) *APIError {
 	case errors.Is(err, errTotalTimeout):
 		return &APIError{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "request_timeout",
 			Message: "The request took longer than its time limit."}
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errClientLeft):
 		return &APIError{Status: statusClientClosed, Message: "client closed request"}
 	}
 	return &APIError{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error",

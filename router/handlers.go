@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"syscall"
 	"strings"
 	"time"
 
@@ -561,6 +563,11 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, bodyTooLarge(rt.maxBody)
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			// The connection closed before the declared body arrived:
+			// the client left (logged 499), it did not send a bad request.
+			return nil, errClientLeft
 		}
 		return nil, badRequest("", "invalid_body", "The request body could not be read.")
 	}

@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -99,6 +100,20 @@ func TestSlowBodyLosesItsRequest(t *testing.T) {
 		t.Fatal("a slow body held the request past the read timeout")
 	}
 	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestClientLeavingMidBodyIsCountedAsGone(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	conn, err := net.Dial("tcp", s.srv.Listener.Addr().String())
+	require.NoError(t, err)
+	_, err = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 100\r\n\r\n{\"model\":\"m\",\"messages\"")
+	require.NoError(t, err)
+	require.NoError(t, conn.Close()) // 21 of 100 bytes, then gone
+	require.Eventually(t, func() bool {
+		return strings.Contains(scrape(t, s), `sluice_http_requests_total{class="none",code="499",model="none",route="/v1/chat/completions",tier="none"} 1`)
+	}, 5*time.Second, 10*time.Millisecond, "logged as the client's leaving, not as its bad request (400)")
 }
 
 func TestFallbackModelWhenNoBackendIsInRouting(t *testing.T) {
