@@ -10,8 +10,8 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"syscall"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-chi/chi/v5"
