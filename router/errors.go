@@ -149,6 +149,12 @@ func errorFor(err error) *APIError {
 	case errors.As(err, &reject):
 		e := &APIError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "rate_limit_exceeded",
 			Message: reject.Error(), RetryAfter: max(reject.RetryAfter, time.Millisecond)}
+		if reject.TooLarge {
+			// 429 as OpenAI answers a request over a limit, but no
+			// Retry-After: waiting does not make it fit, and clients that
+			// honour the header would wait to fail again.
+			e.RetryAfter = 0
+		}
 		switch {
 		case reject.Dimension == quota.DimTokensPerDay && !reject.TooLarge:
 			e.Type, e.Code = typeInsufficientQuota, "insufficient_quota"

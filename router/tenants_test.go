@@ -152,6 +152,12 @@ func TestTenantOutputReservationCountsEveryChoice(t *testing.T) {
 	p.MaxTokens = openai.Int(40) // 120 tokens: over the limit though 40 alone is not
 	_, err = c.Chat.Completions.New(ctx, p)
 	assertAPIError(t, err, http.StatusTooManyRequests, "rate_limit_exceeded")
+	var apiErr *openai.Error
+	require.True(t, errors.As(err, &apiErr))
+	assert.Contains(t, apiErr.Message, "Request too large")
+	assert.Empty(t, apiErr.Response.Header.Get("Retry-After"), "it never fits: waiting would not help")
+	assert.Empty(t, apiErr.Response.Header.Get("Retry-After-Ms"))
+	assert.Equal(t, "100", apiErr.Response.Header.Get("X-Ratelimit-Limit-Tokens"))
 }
 
 func TestTenantDailyQuotaAnswersInsufficientQuota(t *testing.T) {
