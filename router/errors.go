@@ -74,6 +74,9 @@ func badRequest(param, code, msg string) *APIError {
 	return &APIError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: code, Message: msg}
 }
 
+// errNoRoute answers a path Sluice does not serve.
+var errNoRoute = &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found", Message: "no such route"}
+
 // errClientLeft is a request whose client closed the connection before
 // its body arrived: logged as 499, never answered.
 var errClientLeft = errors.New("router: the client left before its request body arrived")

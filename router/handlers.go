@@ -551,6 +551,12 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	if r.ContentLength > rt.maxBody {
 		return nil, bodyTooLarge(rt.maxBody)
 	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		// Read as JSON it would be "invalid JSON"; forwarded, the backend
+		// (vLLM and the others take plain JSON) would say the same.
+		return nil, &APIError{Status: http.StatusUnsupportedMediaType, Type: typeInvalidRequest, Code: "unsupported_content_encoding",
+			Message: "Content-Encoding " + strconv.Quote(echo(ce)) + " is not supported: send the request body uncompressed."}
+	}
 	// The buffer grows with what arrives, never from the declared
 	// Content-Length (see proxy.ReadBody).
 	rc := http.NewResponseController(w)
@@ -640,6 +646,10 @@ func (rt *Router) getModel(w http.ResponseWriter, r *http.Request) {
 		if unescaped, err := url.PathUnescape(strings.TrimPrefix(raw, "/v1/models/")); err == nil {
 			name = unescaped
 		}
+	}
+	if name == "" { // GET /v1/models/: no model named, so no such route
+		writeError(w, errNoRoute)
+		return
 	}
 	tenant, err := rt.tenants.Load().Authenticate(r)
 	if err != nil {

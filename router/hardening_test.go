@@ -50,6 +50,25 @@ func TestClientMistakesReadPlainly(t *testing.T) {
 		assert.Equal(t, http.StatusOK, res.StatusCode, path)
 		assert.Empty(t, body, path)
 	}
+	res, err = http.Get(s.srv.URL + "/v1/models/")
+	require.NoError(t, err)
+	e := decodeError(t, res)
+	res.Body.Close()
+	assert.Equal(t, http.StatusNotFound, res.StatusCode)
+	assert.Equal(t, "not_found", e.Code, "no model named: no such route, not a model called ``")
+
+	// A compressed body is refused by name, not read as invalid JSON.
+	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions", strings.NewReader("\x1f\x8b\x08"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Encoding", "gzip")
+	res, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	e = decodeError(t, res)
+	res.Body.Close()
+	assert.Equal(t, http.StatusUnsupportedMediaType, res.StatusCode)
+	assert.Equal(t, "unsupported_content_encoding", e.Code)
+	assert.Contains(t, e.Message, `"gzip"`)
+
 	res, err = http.Head(s.srv.URL + "/v1/chat/completions")
 	require.NoError(t, err)
 	res.Body.Close()
@@ -59,7 +78,7 @@ func TestClientMistakesReadPlainly(t *testing.T) {
 	res, err = http.Post(s.srv.URL+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"`+model+`","max_tokens":"ten"}`))
 	require.NoError(t, err)
-	e := decodeError(t, res)
+	e = decodeError(t, res)
 	res.Body.Close()
 	assert.Equal(t, "Invalid type for 'max_tokens': expected an integer, but got string.", e.Message)
 

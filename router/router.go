@@ -306,10 +306,7 @@ func (rt *Router) Handler() http.Handler {
 	// promises; health checks and load balancers probe with HEAD.
 	r.Use(chimw.GetHead, middleware.RequestID, middleware.Recoverer(rt.log),
 		middleware.Tracing(middleware.TracingOptions{Provider: rt.tracer}))
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found",
-			Message: "no such route"})
-	})
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { writeError(w, errNoRoute) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Allow", allowed(req.URL.Path))
 		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest,
