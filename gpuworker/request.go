@@ -202,7 +202,8 @@ func chatPrompt(msgs []chatMessage) (prompt, error) {
 	for i, m := range msgs {
 		text, err := messageText(m.Content)
 		if err != nil {
-			return prompt{}, invalidRequest(fmt.Sprintf("messages[%d].content", i), "invalid content: %v", err)
+			return prompt{}, invalidRequest(fmt.Sprintf("messages[%d].content", i),
+				"messages[%d].content must be a string, null or an array of content parts; found %s", i, jsonFound(err))
 		}
 		roles = append(roles, m.Role)
 		contents = append(contents, text)
@@ -227,10 +228,12 @@ type prompt struct {
 func parsePrompts(param string, raw json.RawMessage) ([]prompt, error) {
 	raw = bytes.TrimSpace(raw)
 	bad := func(err error) ([]prompt, error) {
-		return nil, invalidRequest(param, "%s must be a string, a list of strings, a list of token ids or a list of such lists: %v", param, err)
+		return nil, invalidRequest(param, "%s must be a string, a list of strings, a list of token ids or a list of such lists; found %s", param, jsonFound(err))
 	}
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, invalidRequest(param, "%s is required", param)
+		e := invalidRequest(param, "%s is required", param)
+		e.code = "missing_required_parameter"
+		return nil, e
 	}
 	var out []prompt
 	switch {
@@ -275,7 +278,7 @@ func parsePrompts(param string, raw json.RawMessage) ([]prompt, error) {
 			out = append(out, idsPrompt(ids))
 		}
 	default:
-		return bad(errors.New("unexpected JSON type"))
+		return bad(&json.UnmarshalTypeError{Value: jsonKind(raw)})
 	}
 	return out, nil
 }
@@ -346,4 +349,45 @@ func Generations(path string, body []byte, seed int64) ([]Generation, error) {
 		out[i] = Generation{PromptTokens: s.prompt, OutputTokens: outputLength(s.hash, seed^s.seed, maxTokens, params.IgnoreEOS)}
 	}
 	return out, nil
+}
+
+// jsonFound says, in JSON's words, what a request held where decoding err
+// failed: "a boolean", "a number 1.5", "invalid JSON"; never this
+// package's Go types.
+func jsonFound(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		kind, rest, _ := strings.Cut(typeErr.Value, " ")
+		names := map[string]string{"bool": "a boolean", "number": "a number", "string": "a string",
+			"array": "an array", "object": "an object", "null": "null"}
+		found, ok := names[kind]
+		if !ok {
+			found = "a JSON " + kind
+		}
+		if rest != "" {
+			found += " " + rest
+		}
+		return found
+	}
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return "invalid JSON"
+	}
+	return "an unexpected value"
+}
+
+// jsonKind names the JSON value raw starts with, as json.UnmarshalTypeError
+// does ("number", "bool", ...).
+func jsonKind(raw []byte) string {
+	switch {
+	case len(raw) == 0:
+		return "nothing"
+	case raw[0] == '{':
+		return "object"
+	case raw[0] == 't' || raw[0] == 'f':
+		return "bool"
+	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
+		return "number"
+	}
+	return "value"
 }

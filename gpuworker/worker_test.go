@@ -235,6 +235,11 @@ func TestRequestErrors(t *testing.T) {
 		{"n over 128", "/v1/completions", `{"model":"` + model + `","prompt":"x","n":129}`, http.StatusBadRequest, "n"},
 		{"empty prompt list", "/v1/completions", `{"model":"` + model + `","prompt":[]}`, http.StatusBadRequest, "prompt"},
 		{"embeddings unknown model", "/v1/embeddings", `{"model":"nope","input":"x"}`, http.StatusNotFound, "model"},
+		{"prompt of booleans", "/v1/completions", `{"model":"` + model + `","prompt":[true]}`, http.StatusBadRequest, "prompt"},
+		{"token ids with a string", "/v1/completions", `{"model":"` + model + `","prompt":[1,"a"]}`, http.StatusBadRequest, "prompt"},
+		{"no prompt", "/v1/completions", `{"model":"` + model + `"}`, http.StatusBadRequest, "prompt"},
+		{"content a number", "/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":7}]}`, http.StatusBadRequest, "messages[0].content"},
+		{"input a number", "/v1/embeddings", `{"model":"` + model + `","input":7}`, http.StatusBadRequest, "input"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,6 +251,8 @@ func TestRequestErrors(t *testing.T) {
 			assert.NotEmpty(t, apiErr.Message)
 			assert.Equal(t, tt.param, apiErr.Param)
 			assert.NotContains(t, apiErr.Message, "gpuworker.", "named by the request's fields, not the worker's Go types")
+			assert.NotContains(t, apiErr.Message, "Go value", "in JSON's words, not encoding/json's")
+			assert.NotContains(t, apiErr.Message, "json:", "in JSON's words, not encoding/json's")
 			if tt.status == http.StatusBadRequest {
 				assert.Equal(t, "invalid_request_error", apiErr.Type)
 			}
