@@ -32,6 +32,9 @@ type Endpoint struct {
 	// drained keeps the endpoint out of routing (an operator's drain);
 	// its requests in flight finish.
 	drained atomic.Bool
+	// answered is the Unix-nanosecond time an answer from the endpoint
+	// last began (its first byte); 0 before any.
+	answered atomic.Int64
 
 	sig   signals
 	marks stepMarks
@@ -150,6 +153,13 @@ func (e *Endpoint) AvailableAt() time.Time {
 // out (so a log line or metric fires once per transition).
 func (e *Endpoint) MarkFailed(now time.Time, cooldown time.Duration) bool {
 	e.failures.Add(1)
+	return e.HoldOut(now, cooldown)
+}
+
+// HoldOut holds the endpoint out of routing until now+cooldown, as a
+// health check that found it down does, without counting a failed attempt
+// (Failures). It reports whether this call took the endpoint out.
+func (e *Endpoint) HoldOut(now time.Time, cooldown time.Duration) bool {
 	until := now.Add(cooldown).UnixNano()
 	for {
 		old := e.downUntil.Load()
@@ -161,6 +171,14 @@ func (e *Endpoint) MarkFailed(now time.Time, cooldown time.Duration) bool {
 		}
 	}
 }
+
+// MarkAnswered records that an answer from the endpoint began at now (its
+// first byte arrived): it is alive, whatever its scrapes say.
+func (e *Endpoint) MarkAnswered(now time.Time) { e.answered.Store(now.UnixNano()) }
+
+// AnsweredSince reports whether an answer from the endpoint began at t or
+// later.
+func (e *Endpoint) AnsweredSince(t time.Time) bool { return e.answered.Load() >= t.UnixNano() }
 
 // MarkHealthy returns the endpoint to routing. It reports whether the
 // endpoint was held out before.

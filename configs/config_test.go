@@ -119,6 +119,10 @@ models:
 		{"url with query", "models:\n  - name: m\n    backends:\n      - url: http://a:1/?x=1\n", []string{"models[0].backends[0].url: must not carry a query"}},
 		{"port out of range", "models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:99999\n", []string{"models[0].backends[0].url: port 99999 is out of range 1-65535"}},
 		{"two documents", minimal + "---\n" + minimal, []string{"more than one YAML document"}},
+		{"one backend spelled twice", "models:\n  - name: m\n    backends:\n      - url: http://a:1\n      - url: HTTP://A:1/\n",
+			[]string{`models[0].backends[1].url: "HTTP://A:1/" is already listed as backends[0]`}},
+		{"credentials in a url", "models:\n  - name: m\n    backends:\n      - url: http://u:secret@a:1\n",
+			[]string{`models[0].backends[0].url: must not carry credentials (user:password@) in "http://u:xxxxx@a:1": set the backend's api_key`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,6 +133,12 @@ models:
 			}
 		})
 	}
+}
+
+func TestURLCredentialsAreNeverEchoed(t *testing.T) {
+	_, err := Parse([]byte("models:\n  - name: m\n    backends:\n      - url: http://u:s3cret@a:1\n"))
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "s3cret")
 }
 
 func TestValidateReturnsFieldErrors(t *testing.T) {

@@ -95,10 +95,10 @@ func (c *Config) Validate() error {
 			bp := fmt.Sprintf("%s.backends[%d]", p, j)
 			if msg := checkURL(b.URL); msg != "" {
 				bad(bp+".url", "%s", msg)
-			} else if prev, dup := urls[b.URL]; dup {
+			} else if prev, dup := urls[sameBackend(b.URL)]; dup {
 				bad(bp+".url", "%q is already listed as backends[%d]", b.URL, prev)
 			} else {
-				urls[b.URL] = j
+				urls[sameBackend(b.URL)] = j
 			}
 			if b.Weight < 0 {
 				bad(bp+".weight", "must be positive, got %d", b.Weight)
@@ -182,6 +182,20 @@ func headerName(s string) bool {
 	return true
 }
 
+// sameBackend is the form of a valid backend URL two spellings of one
+// backend share: scheme and host in lower case, no trailing slash
+// (http://H:8000/ and HTTP://h:8000 are one backend).
+func sameBackend(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	u.Host = strings.ToLower(u.Host)
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	return u.String()
+}
+
 func checkURL(s string) string {
 	if s == "" {
 		return "is required"
@@ -195,6 +209,12 @@ func checkURL(s string) string {
 	}
 	if u.Host == "" {
 		return fmt.Sprintf("missing host in %q", s)
+	}
+	if u.User != nil {
+		// Never echoed whole: the message reaches logs and the admin API.
+		// The proxy does not send URL credentials; a backend's key goes in
+		// api_key or api_key_env, as a bearer token.
+		return fmt.Sprintf("must not carry credentials (user:password@) in %q: set the backend's api_key or api_key_env", u.Redacted())
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Sprintf("must not carry a query or fragment: %q", s)

@@ -392,10 +392,12 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		mw.AfterFirstFlush = ticket.Prefilled
 	}
 	mw.OnFirstByte = func() {
+		now := rt.now()
+		ep.MarkAnswered(now) // alive, whatever its scrapes say
 		if preq.Stream {
-			att.FirstToken(rt.now().Sub(start))
+			att.FirstToken(now.Sub(start))
 		} else {
-			whole = rt.now().Sub(start) // a whole answer: its first byte is not a first token
+			whole = now.Sub(start) // a whole answer: its first byte is not a first token
 		}
 	}
 	returned := false // Forward returned rather than panicked

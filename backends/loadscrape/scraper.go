@@ -58,7 +58,19 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock stamped on each Load. Default time.Now.
 	Now func() time.Time
+	// HungAfter holds out of routing an endpoint whose scrapes have
+	// timed out for this long while no answer from it began
+	// (backends.Endpoint.AnsweredSince): it takes connections and
+	// answers nothing, as a stopped or wedged process does. It stays out
+	// until a scrape reaches it. Default DefaultHungAfter(Interval);
+	// negative turns it off.
+	HungAfter time.Duration
 }
+
+// DefaultHungAfter is Options.HungAfter's default for a scrape interval:
+// three intervals, and at least 2s, so that a busy engine's slow scrape or
+// two does not take it out.
+func DefaultHungAfter(interval time.Duration) time.Duration { return max(3*interval, 2*time.Second) }
 
 // Scraper polls the endpoints given to SetEndpoints. Create it with New and
 // run it with Run; SetEndpoints may be called from any goroutine.
@@ -71,6 +83,7 @@ type Scraper struct {
 	ownClient   *http.Transport // closed by Run when the client is ours
 	log         *slog.Logger
 	now         func() time.Time
+	hungAfter   time.Duration // < 0: off
 
 	endpoints atomic.Pointer[[]*backends.Endpoint]
 	targets   atomic.Pointer[[]*target] // Run's current list, for Dialect
@@ -109,7 +122,11 @@ func New(o Options) (*Scraper, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.HungAfter == 0 {
+		o.HungAfter = DefaultHungAfter(o.Interval)
+	}
 	s := &Scraper{
+		hungAfter:   o.HungAfter,
 		interval:    o.Interval,
 		timeout:     o.Timeout,
 		path:        o.Path,
@@ -164,6 +181,10 @@ type target struct {
 	url     string
 	dialect atomic.Int32 // index into dialects, -1 until detected
 	failing bool
+	// timingOut is when this endpoint's scrapes began to time out, one
+	// after the other; zero while they do not.
+	timingOut time.Time
+	hung      bool // held out as hung (logged once)
 
 	// Kept from one scrape to the next, so that a scrape reuses its
 	// buffers instead of allocating a page's worth every interval.
@@ -291,8 +312,9 @@ func (s *Scraper) scrapeOne(ctx context.Context, t *target) {
 			// Nothing listens there: an active health check says it is
 			// down, so it leaves routing (and /readyz counts it out) until
 			// a scrape reaches it again, before a request has to fail on it.
-			t.ep.MarkFailed(s.now(), 2*s.interval+time.Second)
+			t.ep.HoldOut(s.now(), 2*s.interval+time.Second)
 		}
+		s.checkHung(t, err)
 		if !t.failing {
 			t.failing = true
 			s.log.Warn("scraping backend load failed; its load is unknown until a scrape succeeds",
@@ -301,11 +323,46 @@ func (s *Scraper) scrapeOne(ctx context.Context, t *target) {
 		return
 	}
 	t.ep.StoreLoad(l)
+	t.timingOut = time.Time{}
+	if t.hung {
+		t.hung = false
+		s.log.Info("backend answers again; back in routing", "backend", t.ep.Address())
+	}
 	t.ep.MarkHealthy() // it answers: back in routing if a failure held it out
 	if t.failing {
 		t.failing = false
 		s.log.Info("scraping backend load works again", "backend", t.ep.Address())
 	}
+}
+
+// checkHung holds t's endpoint out of routing once its scrapes have timed
+// out for hungAfter with no answer from it begun meanwhile. A connection
+// refused is a dial error, handled before; a hung process accepts the
+// connection (the kernel does) and answers nothing, and requests sent there
+// waited for their first-byte timeout (60s) while it stayed in routing.
+func (s *Scraper) checkHung(t *target, err error) {
+	if !isTimeout(err) {
+		t.timingOut = time.Time{} // something answered, if badly
+		return
+	}
+	now := s.now()
+	if t.timingOut.IsZero() {
+		t.timingOut = now
+	}
+	if s.hungAfter < 0 || now.Sub(t.timingOut) < s.hungAfter || t.ep.AnsweredSince(t.timingOut) {
+		return
+	}
+	t.ep.HoldOut(now, 2*s.interval+time.Second)
+	if !t.hung {
+		t.hung = true
+		s.log.Warn("backend answers nothing: held out of routing until a scrape reaches it",
+			"backend", t.ep.Address(), "scrapes_timing_out_for", now.Sub(t.timingOut).Round(time.Millisecond))
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // scrapeError is a failed scrape of url.

@@ -304,3 +304,77 @@ func TestUnreachableWorkerLeavesRoutingUntilItAnswers(t *testing.T) {
 	require.Eventually(t, func() bool { return e.Available(time.Now()) }, 5*time.Second, 5*time.Millisecond,
 		"a scrape that answers brings it back")
 }
+
+// freezable serves h until frozen, then holds every request (as a stopped
+// process whose kernel still accepts connections) until thawed or its
+// client leaves.
+type freezable struct {
+	h      http.Handler
+	mu     sync.Mutex
+	thawed chan struct{} // nil while serving
+}
+
+func (f *freezable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	thawed := f.thawed
+	f.mu.Unlock()
+	if thawed != nil {
+		select {
+		case <-thawed:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	f.h.ServeHTTP(w, r)
+}
+
+func (f *freezable) freeze() { f.mu.Lock(); f.thawed = make(chan struct{}); f.mu.Unlock() }
+
+func (f *freezable) thaw() {
+	f.mu.Lock()
+	if f.thawed != nil {
+		close(f.thawed)
+		f.thawed = nil
+	}
+	f.mu.Unlock()
+}
+
+func TestHungWorkerLeavesRoutingUntilItAnswers(t *testing.T) {
+	srv := startWorker(t, gpuworker.DialectVLLM)
+	f := &freezable{h: srv.Config.Handler}
+	front := httptest.NewServer(f)
+	t.Cleanup(front.Close)
+	t.Cleanup(f.thaw) // first: the held requests go before the servers close
+	e := endpoint(t, front.URL)
+	startScraper(t, loadscrape.Options{Interval: 20 * time.Millisecond, Timeout: 15 * time.Millisecond, HungAfter: 100 * time.Millisecond}, e)
+	require.Eventually(t, func() bool { return e.Load() != nil }, 5*time.Second, 5*time.Millisecond)
+
+	f.freeze()
+	require.Eventually(t, func() bool { return !e.Available(time.Now()) }, 5*time.Second, 5*time.Millisecond,
+		"scrapes that time out with no answer begun meanwhile take it out of routing")
+	assert.Zero(t, e.Failures(), "a health check's finding, not a failed request")
+
+	f.thaw()
+	require.Eventually(t, func() bool { return e.Available(time.Now()) }, 5*time.Second, 5*time.Millisecond,
+		"a scrape that answers brings it back")
+}
+
+func TestSlowScrapesOfAWorkerThatAnswersKeepItInRouting(t *testing.T) {
+	srv := startWorker(t, gpuworker.DialectVLLM)
+	f := &freezable{h: srv.Config.Handler}
+	front := httptest.NewServer(f)
+	t.Cleanup(front.Close)
+	t.Cleanup(f.thaw)
+	e := endpoint(t, front.URL)
+	reg := prometheus.NewRegistry()
+	startScraper(t, loadscrape.Options{Interval: 20 * time.Millisecond, Timeout: 15 * time.Millisecond, HungAfter: 60 * time.Millisecond,
+		Registerer: reg}, e)
+	require.Eventually(t, func() bool { return e.Load() != nil }, 5*time.Second, 5*time.Millisecond)
+
+	e.MarkAnswered(time.Now().Add(time.Hour)) // answers keep beginning there, whatever the scrapes do
+	f.freeze()
+	before := scrapeErrors(t, reg, e.Address())
+	require.Eventually(t, func() bool { return scrapeErrors(t, reg, e.Address()) >= before+10 }, 5*time.Second, 5*time.Millisecond,
+		"ten scrapes time out: past HungAfter")
+	assert.True(t, e.Available(time.Now()), "a worker that answers requests stays in routing")
+}
