@@ -356,7 +356,7 @@ func (s *Scraper) checkHung(t *target, err error) {
 	if !t.hung {
 		t.hung = true
 		s.log.Warn("backend answers nothing: held out of routing until a scrape reaches it",
-			"backend", t.ep.Address(), "scrapes_timing_out_for", now.Sub(t.timingOut).Round(time.Millisecond))
+			"backend", t.ep.Address(), "scrapes_timing_out_for", now.Sub(t.timingOut).Round(time.Millisecond).String())
 	}
 }
 
