@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -86,6 +87,19 @@ func TestAdminAPI(t *testing.T) {
 
 	code, _ = call("POST", "/admin/reload", "admin-secret", "")
 	assert.Equal(t, http.StatusOK, code)
+
+	// A setting read only at start, changed in the file: the config shown
+	// is what runs, and says what waits for a restart.
+	orig, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, append([]byte("max_body_bytes: 2048\n"), orig...), 0o600))
+	code, _ = call("POST", "/admin/reload", "admin-secret", "")
+	require.Equal(t, http.StatusOK, code)
+	code, body = call("GET", "/admin/config", "admin-secret", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.True(t, strings.HasPrefix(body, "# changed in "+path+" and waiting for a restart (shown as running): max_body_bytes\n"), body)
+	assert.Contains(t, body, "max_body_bytes: 10485760")
+	assert.Contains(t, logs.String(), "config changes that take effect on restart")
 	stop()
 	require.NoError(t, <-done)
 	http.DefaultClient.CloseIdleConnections()

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,7 +49,7 @@ var (
 func (r *runtime) Reload() error {
 	cfg, err := configs.Load(r.path)
 	if err != nil {
-		r.log.Error("config reload failed; keeping the running config", "err", err)
+		r.log.Error("config reload failed; keeping the running config", "path", r.path, "err", err)
 		return err
 	}
 	r.mu.Lock()
@@ -68,21 +69,15 @@ func (r *runtime) applyLocked(cfg *configs.Config, what string) error {
 		err = r.rt.SetTenants(dir)
 	}
 	if err != nil {
-		r.log.Error(what+" failed; keeping the running config", "err", err)
+		r.log.Error("config reload failed; keeping the running config", "change", what, "path", r.path, "err", err)
 		return err
 	}
 	r.rt.SetTable(t)
 	if r.scraper != nil {
 		r.scraper.SetEndpoints(endpoints)
 	}
-	s := r.started
-	if cfg.Listen != s.Listen {
-		r.log.Warn("listen address changes need a restart", "running", s.Listen, "config", cfg.Listen)
-	}
-	if !reflect.DeepEqual(cfg.Scrape, s.Scrape) || cfg.SessionHeader != s.SessionHeader ||
-		!reflect.DeepEqual(cfg.Limits, s.Limits) || !reflect.DeepEqual(cfg.Upstream, s.Upstream) ||
-		cfg.MaxBodyBytes != s.MaxBodyBytes {
-		r.log.Warn("scrape, session_header, limits, upstream and max_body_bytes changes need a restart")
+	if pending := restartPending(cfg, r.started); len(pending) > 0 {
+		r.log.Warn("config changes that take effect on restart; running as started", "fields", pending)
 	}
 	r.current = cfg
 	r.log.Info(what, "models", len(cfg.Models))
@@ -247,6 +242,7 @@ func (r *runtime) Queues() []admin.QueueClass {
 func (r *runtime) Config() ([]byte, error) {
 	r.mu.Lock()
 	b, err := yaml.Marshal(r.current)
+	pending := restartPending(r.current, r.started)
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -255,6 +251,10 @@ func (r *runtime) Config() ([]byte, error) {
 	if err := yaml.Unmarshal(b, &c); err != nil {
 		return nil, err
 	}
+	// What runs: the settings read only at start as they were then.
+	s := r.started
+	c.Listen, c.MaxBodyBytes, c.Upstream, c.Scrape, c.SessionHeader = s.Listen, s.MaxBodyBytes, s.Upstream, s.Scrape, s.SessionHeader
+	c.Admin, c.Log, c.Limits, c.Batch = s.Admin, s.Log, s.Limits, s.Batch
 	for i := range c.Models {
 		for j := range c.Models[i].Backends {
 			if c.Models[i].Backends[j].APIKey != "" {
@@ -268,5 +268,35 @@ func (r *runtime) Config() ([]byte, error) {
 			c.Limits.RedisURL = u.String()
 		}
 	}
-	return yaml.Marshal(&c)
+	out, err := yaml.Marshal(&c)
+	if err != nil || len(pending) == 0 {
+		return out, err
+	}
+	head := "# changed in " + r.path + " and waiting for a restart (shown as running): " + strings.Join(pending, ", ") + "\n"
+	return append([]byte(head), out...), nil
+}
+
+// restartPending names the settings read only at start that differ in cfg
+// from the config the process started with.
+func restartPending(cfg, started *configs.Config) []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"listen", cfg.Listen == started.Listen},
+		{"max_body_bytes", cfg.MaxBodyBytes == started.MaxBodyBytes},
+		{"upstream", reflect.DeepEqual(cfg.Upstream, started.Upstream)},
+		{"scrape", reflect.DeepEqual(cfg.Scrape, started.Scrape)},
+		{"session_header", cfg.SessionHeader == started.SessionHeader},
+		{"admin", reflect.DeepEqual(cfg.Admin, started.Admin)},
+		{"log", reflect.DeepEqual(cfg.Log, started.Log)},
+		{"limits", reflect.DeepEqual(cfg.Limits, started.Limits)},
+		{"batch", reflect.DeepEqual(cfg.Batch, started.Batch)},
+	} {
+		if !f.same {
+			out = append(out, f.name)
+		}
+	}
+	return out
 }
