@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-llm/sluice/router/jsonscan"
 )
 
 // Defaults for Options fields left zero.
@@ -358,7 +360,19 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, owner Owne
 	var req batchRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBatchRequest))
 	if err := dec.Decode(&req); err != nil {
-		return badRequest("", "invalid_json", "We could not parse the JSON body of your request: %s", echo(err.Error()))
+		var typeErr *json.UnmarshalTypeError
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &typeErr) && typeErr.Field != "":
+			// Named by the request's field and JSON's types, not this
+			// package's Go ones.
+			kind, _, _ := strings.Cut(typeErr.Value, " ")
+			return badRequest(typeErr.Field, "invalid_type", "Invalid type for '%s': expected %s, but got %s.",
+				typeErr.Field, jsonscan.TypeName(typeErr.Type), kind)
+		case errors.As(err, &tooBig):
+			return badRequest("", "invalid_json", "The request body is over %d bytes.", maxBatchRequest)
+		}
+		return badRequest("", "invalid_json", "We could not parse the JSON body of your request. The body must be a JSON object.")
 	}
 	switch {
 	case req.InputFileID == "":

@@ -210,6 +210,13 @@ func TestBadRequests(t *testing.T) {
 			apiError(t, err, tt.status, tt.code)
 		})
 	}
+	// Malformed bodies are named in JSON's words, not the server's Go types.
+	err = acme.Post(ctx, "batches", []byte(`{"input_file_id":5,"endpoint":"/v1/chat/completions","completion_window":"24h"}`), nil)
+	msg = apiError(t, err, http.StatusBadRequest, "invalid_type")
+	assert.Equal(t, "Invalid type for 'input_file_id': expected a string, but got number.", msg)
+	err = acme.Post(ctx, "batches", []byte(`[]`), nil)
+	msg = apiError(t, err, http.StatusBadRequest, "invalid_json")
+	assert.NotContains(t, msg, "Go ")
 	// An output file is no batch input.
 	b := create(t, acme, good.ID, openai.BatchNewParamsEndpointV1ChatCompletions)
 	b = await(t, acme, b.ID, openai.BatchStatusCompleted)

@@ -29,6 +29,12 @@ func scanLines(r io.Reader, maxLine int, fn func(no int, sp span, line []byte) e
 		if errors.Is(err, errLineTooLong) {
 			return fmt.Errorf("line %d: longer than %d bytes", no, maxLine)
 		}
+		if no == 1 && bytes.HasPrefix(line, utf8BOM) {
+			// Some Windows editors start a UTF-8 file with a byte order
+			// mark; it is not part of the first line's JSON.
+			line = line[len(utf8BOM):]
+			off += int64(len(utf8BOM))
+		}
 		if len(line) > 0 {
 			if t := bytes.TrimSpace(line); len(t) > 0 {
 				if ferr := fn(no, span{off: off, n: len(line)}, line); ferr != nil {
@@ -47,6 +53,8 @@ func scanLines(r io.Reader, maxLine int, fn func(no int, sp span, line []byte) e
 }
 
 var errLineTooLong = errors.New("line too long")
+
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // readLine reads up to and including the next '\n', at most max bytes.
 func readLine(br *bufio.Reader, max int) ([]byte, error) {

@@ -75,3 +75,17 @@ func TestInvalidInput(t *testing.T) {
 	}
 	assert.Zero(t, f.worker.Load().GenerationTokens, "no line of an invalid batch ran")
 }
+
+// A UTF-8 byte order mark before the first line (some Windows editors
+// write one) is not part of its JSON: the batch runs every line.
+func TestByteOrderMarkIsSkipped(t *testing.T) {
+	f := start(t, setup{})
+	acme := f.client(t, "sk-acme")
+	in := upload(t, acme, "\xef\xbb\xbf"+chatLines(2, model, 4))
+	b := create(t, acme, in.ID, openai.BatchNewParamsEndpointV1ChatCompletions)
+	b = await(t, acme, b.ID, openai.BatchStatusCompleted)
+	assert.EqualValues(t, 2, b.RequestCounts.Completed)
+	out := download(t, acme, b.OutputFileID)
+	require.Len(t, out, 2)
+	assert.NotNil(t, out["req-0"].Response, "the first line ran, read from past the mark")
+}
