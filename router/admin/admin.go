@@ -71,6 +71,9 @@ func Handler(rt Runtime, token string, status *Monitor) http.Handler {
 	root.NotFound(auth(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fail(w, http.StatusNotFound, "no such admin route")
 	})).ServeHTTP)
+	root.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		fail(w, http.StatusMethodNotAllowed, "method not allowed on this admin route")
+	})
 	if status != nil {
 		servePage(root)
 	}
@@ -143,8 +146,37 @@ func answer(w http.ResponseWriter, err error) {
 	}
 }
 
+// fail writes an error in the shape the OpenAI API's errors have
+// ({"error":{"message","type","param","code"}}), so that one client reads
+// both listeners' errors.
 func fail(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]any{"error": map[string]string{"message": msg}})
+	typ, code := "invalid_request_error", ""
+	switch status {
+	case http.StatusUnauthorized:
+		code = "invalid_admin_token"
+	case http.StatusNotFound:
+		code = "not_found"
+	case http.StatusMethodNotAllowed:
+		code = "method_not_allowed"
+	case http.StatusBadRequest:
+		code = "invalid_json"
+	case http.StatusUnprocessableEntity:
+		code = "invalid_config"
+	default:
+		typ, code = "server_error", "internal_error"
+	}
+	writeJSON(w, status, errorBody{Error: errorFields{Message: msg, Type: typ, Code: code}})
+}
+
+type errorBody struct {
+	Error errorFields `json:"error"`
+}
+
+type errorFields struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

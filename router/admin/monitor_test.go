@@ -206,6 +206,27 @@ func TestStatusPageAndData(t *testing.T) {
 		assert.Equal(t, tt.code, res.StatusCode, "HEAD %s", tt.path)
 		assert.Empty(t, b, "HEAD %s", tt.path)
 	}
+	// Errors have the OpenAI API's shape, 405s included.
+	for _, tt := range []struct {
+		method, path, token string
+		code                int
+		errCode             string
+	}{{"GET", "/admin/status", "", http.StatusUnauthorized, "invalid_admin_token"}, {"PUT", "/admin/status", "secret", http.StatusMethodNotAllowed, "method_not_allowed"}} {
+		req, err := http.NewRequest(tt.method, srv.URL+tt.path, nil)
+		require.NoError(t, err)
+		if tt.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tt.token)
+		}
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		var e struct{ Error struct{ Message, Type, Code string } }
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&e), "%s %s", tt.method, tt.path)
+		res.Body.Close()
+		assert.Equal(t, tt.code, res.StatusCode)
+		assert.Equal(t, tt.errCode, e.Error.Code)
+		assert.Equal(t, "invalid_request_error", e.Error.Type)
+		assert.NotEmpty(t, e.Error.Message)
+	}
 	res, body := get("/admin/status", "secret")
 	assert.Equal(t, "no-store", res.Header.Get("Cache-Control"))
 	var s admin.Status
