@@ -219,7 +219,9 @@ func TestStatusPageAndData(t *testing.T) {
 		}
 		res, err := srv.Client().Do(req)
 		require.NoError(t, err)
-		var e struct{ Error struct{ Message, Type, Code string } }
+		var e struct {
+			Error struct{ Message, Type, Code string }
+		}
 		require.NoError(t, json.NewDecoder(res.Body).Decode(&e), "%s %s", tt.method, tt.path)
 		res.Body.Close()
 		assert.Equal(t, tt.code, res.StatusCode)
