@@ -87,6 +87,15 @@ func TestAdminAPI(t *testing.T) {
 
 	code, _ = call("POST", "/admin/reload", "admin-secret", "")
 	assert.Equal(t, http.StatusOK, code)
+	assert.NotContains(t, logs.String(), "replaced backends changed through the admin API", "the file matched what ran")
+
+	// A reload replaces a backend added through the API, and says so.
+	code, body = call("POST", "/admin/backends", "admin-secret", `{"model":"m","url":"`+b.URL+`"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	code, _ = call("POST", "/admin/reload", "admin-secret", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, backends(), 1)
+	assert.Contains(t, logs.String(), "the config file replaced backends changed through the admin API")
 
 	// A setting read only at start, changed in the file: the config shown
 	// is what runs, and says what waits for a restart.

@@ -37,6 +37,7 @@ type runtime struct {
 	shared  *sharedAdmission
 	started *configs.Config // settings read only at start
 	current *configs.Config // what serves now
+	edited  bool            // current holds admin API changes the file may not have
 }
 
 var (
@@ -54,7 +55,15 @@ func (r *runtime) Reload() error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.applyLocked(cfg, "config reloaded")
+	edited := r.edited && !reflect.DeepEqual(cfg.Models, r.current.Models)
+	if err := r.applyLocked(cfg, "config reloaded"); err != nil {
+		return err
+	}
+	if edited {
+		r.log.Warn("the config file replaced backends changed through the admin API; write them to the file to keep them", "path", r.path)
+	}
+	r.edited = false
+	return nil
 }
 
 // applyLocked builds cfg and swaps it in, or logs why not and keeps what
@@ -107,7 +116,11 @@ func (r *runtime) edit(change func(*configs.Config) error, what string) error {
 	if err != nil {
 		return err
 	}
-	return r.applyLocked(cfg, what)
+	if err := r.applyLocked(cfg, what); err != nil {
+		return err
+	}
+	r.edited = true
+	return nil
 }
 
 func (r *runtime) model(c *configs.Config, name string) (*configs.Model, error) {
