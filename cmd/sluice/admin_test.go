@@ -96,6 +96,7 @@ func TestAdminAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, backends(), 1)
 	assert.Contains(t, logs.String(), "the config file replaced backends changed through the admin API")
+	assert.NotContains(t, logs.String(), "take effect on restart", "no setting read at start changed, through the API or the file")
 
 	// A setting read only at start, changed in the file: the config shown
 	// is what runs, and says what waits for a restart.

@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -55,7 +55,7 @@ func (r *runtime) Reload() error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	edited := r.edited && !reflect.DeepEqual(cfg.Models, r.current.Models)
+	edited := r.edited && !sameYAML(cfg.Models, r.current.Models)
 	if err := r.applyLocked(cfg, "config reloaded"); err != nil {
 		return err
 	}
@@ -299,17 +299,27 @@ func restartPending(cfg, started *configs.Config) []string {
 	}{
 		{"listen", cfg.Listen == started.Listen},
 		{"max_body_bytes", cfg.MaxBodyBytes == started.MaxBodyBytes},
-		{"upstream", reflect.DeepEqual(cfg.Upstream, started.Upstream)},
-		{"scrape", reflect.DeepEqual(cfg.Scrape, started.Scrape)},
+		{"upstream", sameYAML(cfg.Upstream, started.Upstream)},
+		{"scrape", sameYAML(cfg.Scrape, started.Scrape)},
 		{"session_header", cfg.SessionHeader == started.SessionHeader},
-		{"admin", reflect.DeepEqual(cfg.Admin, started.Admin)},
-		{"log", reflect.DeepEqual(cfg.Log, started.Log)},
-		{"limits", reflect.DeepEqual(cfg.Limits, started.Limits)},
-		{"batch", reflect.DeepEqual(cfg.Batch, started.Batch)},
+		{"admin", sameYAML(cfg.Admin, started.Admin)},
+		{"log", sameYAML(cfg.Log, started.Log)},
+		{"limits", sameYAML(cfg.Limits, started.Limits)},
+		{"batch", sameYAML(cfg.Batch, started.Batch)},
 	} {
 		if !f.same {
 			out = append(out, f.name)
 		}
 	}
 	return out
+}
+
+// sameYAML reports whether a and b read the same as YAML: a config that
+// went through the admin API's edit (marshalled and parsed again) differs
+// from the file's in Go (an empty list for a missing one, say), not in
+// what it says.
+func sameYAML(a, b any) bool {
+	x, errA := yaml.Marshal(a)
+	y, errB := yaml.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(x, y)
 }
