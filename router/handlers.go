@@ -348,6 +348,10 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 	return &noBackendError{retryAfter: rt.soonestBack(rte.Pool)}
 }
 
+// batchRoutePrefix marks a Batch API line's route in metrics and logs
+// ("batch:/v1/chat/completions").
+const batchRoutePrefix = "batch:"
+
 // batchFirstByteFactor widens the model's first-byte timeout for a Batch
 // API line: its answer is whole (never streamed), may be long, and runs in
 // what interactive work leaves. The six lines the first 20,000-line live
@@ -588,6 +592,11 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 // relayed answer's own.
 func (rt *Router) finish(w http.ResponseWriter, r *http.Request, rec *requestRecord, err error) {
 	route := r.URL.Path
+	if admission.IsBatch(r.Context()) {
+		// A Batch API line: its 429s and retries are the batch runner's,
+		// kept apart from what clients see.
+		route = batchRoutePrefix + route
+	}
 	code, errCode := http.StatusOK, ""
 	switch {
 	case !rec.returned: // panicked: the answer was cut short

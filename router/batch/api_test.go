@@ -67,6 +67,10 @@ func TestEndToEnd(t *testing.T) {
 	require.NotNil(t, l.Response, "the line ran, and was refused")
 	assert.Equal(t, http.StatusBadRequest, l.Response.StatusCode)
 	assert.Contains(t, string(l.Response.Body), "max_tokens")
+	// The lines are counted apart from clients' requests.
+	assert.Equal(t, 5.0, f.counter(t, "sluice_http_requests_total", "route", "batch:/v1/chat/completions", "code", "200"))
+	assert.Equal(t, 1.0, f.counter(t, "sluice_http_requests_total", "route", "batch:/v1/chat/completions", "code", "400"))
+	assert.Zero(t, f.counter(t, "sluice_http_requests_total", "route", "/v1/chat/completions"))
 
 	// The files are listed, newest first, and readable as objects.
 	files, err := acme.Files.List(ctx, openai.FileListParams{})
