@@ -81,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_http_requests_total",
-			Help: "Inference requests answered, by model, route, tenant tier, service class and status code (tier and class \"none\" before they are known; tier \"none\" without tenants).",
+			Help: "Requests answered, by model, route, tenant tier, service class and status code (tier and class \"none\" before they are known; tier \"none\" without tenants; Files and Batch API calls under model and class \"none\" and their route's pattern, a batch's lines under route \"batch:/v1/...\").",
 		}, []string{"model", "route", "tier", "class", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_http_request_duration_seconds",

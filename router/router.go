@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -324,26 +325,80 @@ func (rt *Router) Handler() http.Handler {
 	r.Post("/v1/completions", rt.inference)
 	r.Post("/v1/embeddings", rt.inference)
 	if rt.batch != nil {
-		b := rt.authenticated(rt.batch)
 		for _, p := range []string{"/v1/files", "/v1/files/*", "/v1/batches", "/v1/batches/*"} {
-			r.Handle(p, b)
+			r.HandleFunc(p, rt.batchAPI)
 		}
 	}
 	return r
 }
 
-// authenticated serves next only to a request with a valid key (any
-// request, without tenants), passing its tenant on in the context.
-func (rt *Router) authenticated(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, err := rt.tenants.Load().Authenticate(r)
-		if err != nil {
-			writeError(w, errorFor(err))
-			return
-		}
-		if t != nil {
-			r = r.WithContext(auth.WithTenant(r.Context(), t))
-		}
-		next.ServeHTTP(w, r)
-	})
+// batchAPI serves the Files and Batch APIs (rt.batch) to a request with a
+// valid key (any request, without tenants), passing its tenant on in the
+// context, and counts the call in the request metrics under its route's
+// pattern (apiRoute), with model and class "none".
+func (rt *Router) batchAPI(w http.ResponseWriter, r *http.Request) {
+	rec := requestRecord{start: rt.now()}
+	sw := &statusWriter{ResponseWriter: w}
+	// Deferred: a download the client leaves ends the handler with a
+	// panic (http.ErrAbortHandler), and it is counted all the same.
+	defer func() {
+		rt.metrics.observe(apiRoute(r.URL.Path), cmp.Or(sw.status, http.StatusOK), rt.now().Sub(rec.start), &rec)
+	}()
+	t, err := rt.tenants.Load().Authenticate(r)
+	if err != nil {
+		writeError(sw, errorFor(err))
+		return
+	}
+	rec.tenant = t
+	if t != nil {
+		r = r.WithContext(auth.WithTenant(r.Context(), t))
+	}
+	rt.batch.ServeHTTP(sw, r)
 }
+
+// apiRoute is the route pattern of a Files or Batch API path, for a
+// metric label: the IDs in it are the clients', so never label values.
+func apiRoute(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/") // v1, files|batches[, id[, content|cancel]]
+	if len(parts) < 2 {
+		return "/v1/other"
+	}
+	base := "/v1/" + parts[1]
+	if parts[1] != "files" && parts[1] != "batches" {
+		return "/v1/other"
+	}
+	switch len(parts) {
+	case 2:
+		return base
+	case 3:
+		return base + "/{id}"
+	case 4:
+		if parts[3] == "content" || parts[3] == "cancel" {
+			return base + "/{id}/" + parts[3]
+		}
+	}
+	return base + "/other"
+}
+
+// statusWriter remembers the status written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -71,6 +71,11 @@ func TestEndToEnd(t *testing.T) {
 	assert.Equal(t, 5.0, f.counter(t, "sluice_http_requests_total", "route", "batch:/v1/chat/completions", "code", "200"))
 	assert.Equal(t, 1.0, f.counter(t, "sluice_http_requests_total", "route", "batch:/v1/chat/completions", "code", "400"))
 	assert.Zero(t, f.counter(t, "sluice_http_requests_total", "route", "/v1/chat/completions"))
+	// The API's own calls are counted by their route's pattern.
+	assert.Equal(t, 1.0, f.counter(t, "sluice_http_requests_total", "route", "/v1/files", "code", "200", "model", "none", "tier", "pro", "class", "none"), "the upload")
+	assert.Equal(t, 1.0, f.counter(t, "sluice_http_requests_total", "route", "/v1/batches", "code", "200"), "the create")
+	assert.Positive(t, f.counter(t, "sluice_http_requests_total", "route", "/v1/batches/{id}", "code", "200"), "the polls")
+	assert.Positive(t, f.counter(t, "sluice_http_requests_total", "route", "/v1/files/{id}/content", "code", "200"), "the downloads")
 
 	// The files are listed, newest first, and readable as objects.
 	files, err := acme.Files.List(ctx, openai.FileListParams{})
