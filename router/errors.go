@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/router/apierror"
 	"github.com/sluice-llm/sluice/router/auth"
 )
 
@@ -36,38 +36,16 @@ type APIError struct {
 
 func (e *APIError) Error() string { return e.Message }
 
-type errorBody struct {
-	Error errorFields `json:"error"`
-}
-
-type errorFields struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
 // writeError renders e as {"error":{"message","type","param","code"}}. It is
 // the one place client-visible errors are written.
 func writeError(w http.ResponseWriter, e *APIError) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
 		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
 		h.Set("Retry-After-Ms", strconv.FormatInt(int64((e.RetryAfter+time.Millisecond-1)/time.Millisecond), 10))
 	}
-	body := errorBody{Error: errorFields{Message: e.Message, Type: e.Type}}
-	if e.Param != "" {
-		body.Error.Param = &e.Param
-	}
-	if e.Code != "" {
-		body.Error.Code = &e.Code
-	}
-	w.WriteHeader(e.Status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false) // ">= 1" reads as written, not as "\u003e= 1"
-	_ = enc.Encode(body)     // the client may be gone; nothing to do about it
+	apierror.Write(w, e.Status, e.Type, e.Code, e.Param, e.Message)
 }
 
 func badRequest(param, code, msg string) *APIError {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	chimw "github.com/go-chi/chi/v5/middleware"
+
+	"github.com/sluice-llm/sluice/router/apierror"
 )
 
 // Backend is one backend of one model as the admin API shows it.
@@ -165,18 +167,7 @@ func fail(w http.ResponseWriter, status int, msg string) {
 	default:
 		typ, code = "server_error", "internal_error"
 	}
-	writeJSON(w, status, errorBody{Error: errorFields{Message: msg, Type: typ, Code: code}})
-}
-
-type errorBody struct {
-	Error errorFields `json:"error"`
-}
-
-type errorFields struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
+	apierror.Write(w, status, typ, code, "", msg)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/sluice-llm/sluice/router/apierror"
 )
 
 // apiError is what a client of the batch API sees: a status and an
@@ -39,26 +41,8 @@ func notFound(kind, param, id string) *apiError {
 var errInternal = &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "internal_error",
 	message: "The server had an error while processing your request."}
 
-type errorBody struct {
-	Error errorFields `json:"error"`
-}
-
-type errorFields struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
 func writeError(w http.ResponseWriter, e *apiError) {
-	body := errorBody{Error: errorFields{Message: e.message, Type: e.typ}}
-	if e.param != "" {
-		body.Error.Param = &e.param
-	}
-	if e.code != "" {
-		body.Error.Code = &e.code
-	}
-	writeJSON(w, e.status, body)
+	apierror.Write(w, e.status, e.typ, e.code, e.param, e.message)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
