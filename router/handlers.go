@@ -566,12 +566,21 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	// The buffer grows with what arrives, never from the declared
 	// Content-Length (see proxy.ReadBody).
 	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(rt.bodyWait)) == nil {
-		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-	}
+	deadline := rc.SetReadDeadline(time.Now().Add(rt.bodyWait)) == nil
 	rd := http.MaxBytesReader(w, r.Body, rt.maxBody)
 	body, err := rt.proxy.ReadBody(rd)
+	if deadline && err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
+		// The deadline stays past, and the connection closes after the
+		// answer: the server would otherwise read what is left of a
+		// declared body (up to 256 KB) before sending the error, at the
+		// pace of the client that stalled.
+		if deadline {
+			_ = rc.SetReadDeadline(time.Now())
+		}
+		w.Header().Set("Connection", "close")
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, bodyTooLarge(rt.maxBody)

@@ -96,27 +96,36 @@ func TestClientMistakesReadPlainly(t *testing.T) {
 func TestSlowBodyLosesItsRequest(t *testing.T) {
 	w := startWorker(t, model, "instant", 0)
 	s := startSluice(t, router.Options{BodyReadTimeout: 200 * time.Millisecond}, routeSpec{model: model, urls: []string{w.srv.URL}})
-	pr, pw := io.Pipe()
-	go func() {
-		_, _ = pw.Write([]byte(`{"model":`)) // then nothing: a client stuck mid-body
-	}()
-	t.Cleanup(func() { _ = pw.Close() })
-	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions", pr)
-	require.NoError(t, err)
-	req.ContentLength = 10 << 20 // declares 10 MiB
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		res, err := http.DefaultClient.Do(req)
-		if err == nil {
-			assert.Equal(t, http.StatusBadRequest, res.StatusCode)
-			res.Body.Close()
+	// Declared 10 MiB, or 1,000 bytes: a small rest the server would read
+	// before answering, at the pace of the client that stalled.
+	for _, declared := range []int64{10 << 20, 1000} {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { _ = pw.Close() }) // also when the test fails first
+		go func() {
+			_, _ = pw.Write([]byte(`{"model":`)) // then nothing: a client stuck mid-body
+		}()
+		req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions", pr)
+		require.NoError(t, err)
+		req.ContentLength = declared
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			res, err := http.DefaultClient.Do(req)
+			if declared < 256<<10 {
+				assert.NoError(t, err, "the answer comes while the body is still owed")
+			}
+			if err == nil {
+				assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+				assert.True(t, res.Close, "the connection closes after the answer")
+				res.Body.Close()
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a slow body (declared %d bytes) held the request past the read timeout", declared)
 		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("a slow body held the request past the read timeout")
+		_ = pw.Close()
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
