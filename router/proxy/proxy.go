@@ -73,7 +73,8 @@ type Options struct {
 	Inject func(ctx context.Context, h http.Header)
 	// StreamIdleTimeout ends an event stream whose backend sends nothing
 	// for this long, noticed within a quarter of it more (an error event
-	// tells the client). Zero means none.
+	// tells the client), and one whose client takes nothing written to it
+	// for this long (as a client that left). Zero means none.
 	StreamIdleTimeout time.Duration
 }
 
@@ -335,14 +336,33 @@ func (p *Proxy) relay(w http.ResponseWriter, res *http.Response, body *streamBod
 	for k, vv := range res.Header {
 		h[k] = append(h[k], vv...)
 	}
+	if h.Get("Cache-Control") == "" {
+		h.Set("Cache-Control", "no-cache") // an event stream is never cached, whatever the backend says
+	}
 	w.WriteHeader(res.StatusCode)
 	rc := http.NewResponseController(w)
 	buf := p.buffers.Get()
 	defer p.buffers.Put(buf)
 	defer body.Close() // stops the idle timer; the ReverseProxy closes the body again, which is harmless
+	// A client that stops reading (its connection open, its window full)
+	// must not hold the stream, the backend's work and its slots forever:
+	// a write that cannot go for the idle timeout fails, as a client that
+	// left. The deadline moves at most every quarter of it (a clock read
+	// per event, not a timer update), and is cleared for the connection's
+	// next request.
+	var written time.Time
+	if p.idle > 0 {
+		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	}
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
+			if p.idle > 0 {
+				if now := time.Now(); now.Sub(written) > p.idle/4 {
+					written = now
+					_ = rc.SetWriteDeadline(now.Add(p.idle))
+				}
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -59,6 +60,7 @@ func TestStreamRelayed(t *testing.T) {
 	assert.Equal(t, http.StatusOK, rec.Code)
 	assert.Equal(t, "text/event-stream", rec.Header().Get("Content-Type"))
 	assert.Equal(t, "b1", rec.Header().Get("X-Backend"))
+	assert.Equal(t, "no-cache", rec.Header().Get("Cache-Control"), "set when the backend sends none")
 	assert.True(t, rec.Flushed)
 	assert.Equal(t, "data: {\"n\":0}\n\ndata: {\"n\":1}\n\ndata: {\"n\":2}\n\ndata: [DONE]\n\n", rec.Body.String())
 	assert.Zero(t, p.openStreams())
@@ -234,4 +236,51 @@ func TestStreamBodyCutsOnlyASilence(t *testing.T) {
 	cut := s.cut()
 	require.NotNil(t, cut)
 	assert.True(t, cut.Stalled)
+}
+
+// A client that stops reading a stream (its connection open, nothing taken)
+// loses it after about the idle timeout: the write that cannot go fails,
+// and the backend's request ends, rather than both waiting forever.
+func TestStalledClientLosesTheStream(t *testing.T) {
+	gone := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		event := []byte("data: " + strings.Repeat("x", 8<<10) + "\n\n")
+		defer close(gone)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(event); err != nil {
+				return
+			}
+			http.NewResponseController(w).Flush()
+		}
+	}))
+	t.Cleanup(backend.Close)
+	target, err := url.Parse(backend.URL)
+	require.NoError(t, err)
+	p, err := New(Options{Transport: NewTransport(TransportOptions{}), StreamIdleTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	ended := make(chan struct{})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(ended) // Forward panics (http.ErrAbortHandler) when the client's write fails
+		_ = p.Forward(w, r, Attempt{Target: target, Body: []byte(`{"stream":true}`)})
+	}))
+	t.Cleanup(front.Close)
+
+	conn, err := net.Dial("tcp", front.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(4096))
+	_, err = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+	require.NoError(t, err) // and never read
+
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a client that reads nothing held the stream")
+	}
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend's request went on after the stream was lost")
+	}
 }
