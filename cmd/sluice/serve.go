@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/configs"
@@ -91,6 +92,11 @@ type serverOptions struct {
 
 // runServer builds the router from the config and serves until ctx ends.
 func runServer(ctx context.Context, o serverOptions) error {
+	// go-redis logs through a logger of its own, process-wide, in plain
+	// text on stderr (a line per failed dial while Redis is down); here
+	// its lines join the JSON log at debug level: the stores log an
+	// outage once, at warn, and count every failure.
+	redis.SetLogger(redisLog{o.log})
 	watch := newWatcher(o.path, o.watchEvery) // the file as read here
 	cfg, err := configs.Load(o.path)
 	if err != nil {

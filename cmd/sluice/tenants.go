@@ -161,3 +161,10 @@ func newSharedAdmission(c *configs.Config, st limitStore, log *slog.Logger, reg 
 	}
 	return &sharedAdmission{slots: timed, store: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
 }
+
+// redisLog writes go-redis's own log lines to log at debug level.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client", "msg_text", fmt.Sprintf(format, v...))
+}
