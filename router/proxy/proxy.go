@@ -309,6 +309,10 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 			delete(res.Header, k) // the transport's keys are canonical
 		}
 	}
+	if res.StatusCode >= 400 {
+		normalizeError(res)
+		return nil
+	}
 	if res.StatusCode/100 == 2 && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		a.stream.start(res.Body, p.idle)
 		a.streaming = true
