@@ -20,8 +20,9 @@ import (
 type flaky struct {
 	quota.Store
 	mu      sync.Mutex
-	down    bool
-	settles int
+	down     bool
+	settles  int
+	reserves int
 }
 
 var errDown = errors.New("store down")
@@ -29,6 +30,7 @@ var errDown = errors.New("store down")
 func (f *flaky) Reserve(ctx context.Context, key string, lim quota.Limits, amt quota.Amount, l quota.Lease, now time.Time) (quota.Decision, error) {
 	f.mu.Lock()
 	down := f.down
+	f.reserves++
 	f.mu.Unlock()
 	if down {
 		return quota.Decision{}, errDown
@@ -81,8 +83,9 @@ func TestLimiterFailsOpenOrClosedAndRecovers(t *testing.T) {
 	for _, closed := range []bool{false, true} {
 		var logs bytes.Buffer
 		st := &flaky{Store: memstore.New()}
+		now := time.Unix(1_800_000_000, 0)
 		l, err := quota.NewLimiter(quota.LimiterOptions{Store: st, FailClosed: closed,
-			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: func() time.Time { return now }})
 		require.NoError(t, err)
 		ctx := context.Background()
 
@@ -99,10 +102,17 @@ func TestLimiterFailsOpenOrClosedAndRecovers(t *testing.T) {
 		assert.False(t, l.Healthy())
 		assert.Zero(t, st.settles, "a reservation made while failing open charged nothing and settles nothing")
 		assert.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("limit store failing")), "logged once per outage")
+		assert.Equal(t, 1, st.reserves, "while it fails, the store is asked once per probe interval, not per request")
 
 		st.setDown(false)
 		_, err = l.Reserve(ctx, "t", limits, quota.Amount{Requests: 1})
+		if closed {
+			assert.ErrorIs(t, err, quota.ErrUnavailable, "not asked again yet")
+		}
+		now = now.Add(300 * time.Millisecond)
+		_, err = l.Reserve(ctx, "t", limits, quota.Amount{Requests: 1})
 		require.NoError(t, err)
+		assert.Equal(t, 2, st.reserves, "the one call between was not asked")
 		assert.True(t, l.Healthy())
 		assert.Contains(t, logs.String(), "limit store answering again")
 	}
