@@ -130,11 +130,11 @@ type Limiter struct {
 	// probeAt is when, while degraded, the next Reserve may try the Store
 	// (Unix nanoseconds); the others until then fail at once (probeEvery).
 	probeAt atomic.Int64
-	queue    chan SettleItem
-	running  atomic.Bool
-	mu       sync.Mutex // guards stopped
-	stopped  bool
-	use      sync.Map // key -> *keyUse, for Usage
+	queue   chan SettleItem
+	running atomic.Bool
+	mu      sync.Mutex // guards stopped
+	stopped bool
+	use     sync.Map // key -> *keyUse, for Usage
 
 	decisions   *prometheus.CounterVec // result, dimension
 	storeErrors *prometheus.CounterVec // op

@@ -19,7 +19,7 @@ import (
 // flaky is a Store that fails while down is set.
 type flaky struct {
 	quota.Store
-	mu      sync.Mutex
+	mu       sync.Mutex
 	down     bool
 	settles  int
 	reserves int
