@@ -152,8 +152,8 @@ func TestStatusPageAndData(t *testing.T) {
 	m.Sample()
 	srv := httptest.NewServer(admin.Handler(f, "secret", m))
 	defer srv.Close()
-	get := func(path, token string) (*http.Response, string) {
-		req, err := http.NewRequest("GET", srv.URL+path, nil)
+	do := func(method, path, token string) (*http.Response, string) {
+		req, err := http.NewRequest(method, srv.URL+path, nil)
 		require.NoError(t, err)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
@@ -165,6 +165,7 @@ func TestStatusPageAndData(t *testing.T) {
 		require.NoError(t, err)
 		return res, string(b)
 	}
+	get := func(path, token string) (*http.Response, string) { return do(http.MethodGet, path, token) }
 	tests := []struct {
 		path, token string
 		code        int
@@ -194,15 +195,7 @@ func TestStatusPageAndData(t *testing.T) {
 		path, token string
 		code        int
 	}{{"/status", "", http.StatusOK}, {"/admin/status", "secret", http.StatusOK}, {"/admin/status", "", http.StatusUnauthorized}} {
-		req, err := http.NewRequest(http.MethodHead, srv.URL+tt.path, nil)
-		require.NoError(t, err)
-		if tt.token != "" {
-			req.Header.Set("Authorization", "Bearer "+tt.token)
-		}
-		res, err := srv.Client().Do(req)
-		require.NoError(t, err)
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
+		res, b := do(http.MethodHead, tt.path, tt.token)
 		assert.Equal(t, tt.code, res.StatusCode, "HEAD %s", tt.path)
 		assert.Empty(t, b, "HEAD %s", tt.path)
 	}
@@ -212,18 +205,11 @@ func TestStatusPageAndData(t *testing.T) {
 		code                int
 		errCode             string
 	}{{"GET", "/admin/status", "", http.StatusUnauthorized, "invalid_admin_token"}, {"PUT", "/admin/status", "secret", http.StatusMethodNotAllowed, "method_not_allowed"}} {
-		req, err := http.NewRequest(tt.method, srv.URL+tt.path, nil)
-		require.NoError(t, err)
-		if tt.token != "" {
-			req.Header.Set("Authorization", "Bearer "+tt.token)
-		}
-		res, err := srv.Client().Do(req)
-		require.NoError(t, err)
+		res, b := do(tt.method, tt.path, tt.token)
 		var e struct {
 			Error struct{ Message, Type, Code string }
 		}
-		require.NoError(t, json.NewDecoder(res.Body).Decode(&e), "%s %s", tt.method, tt.path)
-		res.Body.Close()
+		require.NoError(t, json.Unmarshal([]byte(b), &e), "%s %s", tt.method, tt.path)
 		assert.Equal(t, tt.code, res.StatusCode)
 		assert.Equal(t, tt.errCode, e.Error.Code)
 		assert.Equal(t, "invalid_request_error", e.Error.Type)

@@ -5,15 +5,23 @@
 package apierror
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 )
 
-// Write sends status with the error body; an empty param or code is sent
-// as null, as OpenAI's are. The message is written as is, without JSON's
-// HTML escapes (">= 1", not "\u003e= 1"). Headers set on w before the call
-// (Retry-After, say) go out with it.
+// Write sends status with the error body (Marshal). Headers set on w
+// before the call (Retry-After, say) go out with it.
 func Write(w http.ResponseWriter, status int, typ, code, param, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(Marshal(typ, code, param, message)) // the client may be gone; nothing to do about it
+}
+
+// Marshal is the error body, a line of JSON; an empty param or code is
+// sent as null, as OpenAI's are. The message is written as is, without
+// JSON's HTML escapes (">= 1", not "\u003e= 1").
+func Marshal(typ, code, param, message string) []byte {
 	body := envelope{Error: fields{Message: message, Type: typ}}
 	if param != "" {
 		body.Error.Param = &param
@@ -21,11 +29,11 @@ func Write(w http.ResponseWriter, status int, typ, code, param, message string) 
 	if code != "" {
 		body.Error.Code = &code
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(body) // the client may be gone; nothing to do about it
+	_ = enc.Encode(body) // strings and nils: it cannot fail
+	return b.Bytes()
 }
 
 type envelope struct {

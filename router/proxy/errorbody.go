@@ -91,19 +91,5 @@ func errorBody(status int, raw []byte, complete bool) []byte {
 			typ = "server_error"
 		}
 	}
-	var b bytes.Buffer
-	w := &bufferWriter{h: http.Header{}, b: &b}
-	apierror.Write(w, status, typ, code, param, msg)
-	return b.Bytes()
+	return apierror.Marshal(typ, code, param, msg)
 }
-
-// bufferWriter is the http.ResponseWriter apierror.Write writes a body
-// into.
-type bufferWriter struct {
-	h http.Header
-	b *bytes.Buffer
-}
-
-func (w *bufferWriter) Header() http.Header         { return w.h }
-func (w *bufferWriter) WriteHeader(int)             {}
-func (w *bufferWriter) Write(p []byte) (int, error) { return w.b.Write(p) }
