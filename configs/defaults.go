@@ -27,9 +27,9 @@ const (
 	DefaultLimitTimeout = 50 * time.Millisecond
 	MinLimitTimeout     = time.Millisecond
 	MaxLimitTimeout     = 5 * time.Second
-	// DefaultLeaseTTL is how long an unreleased concurrency slot counts;
-	// MinLeaseTTL is the shortest allowed.
-	DefaultLeaseTTL  = 10 * time.Minute
+	// DefaultLeaseTTL is how long an unreleased concurrency slot counts
+	// past its last renewal; MinLeaseTTL is the shortest allowed.
+	DefaultLeaseTTL  = 30 * time.Second
 	MinLeaseTTL      = time.Second
 	DefaultKeyPrefix = "sluice"
 )

@@ -108,9 +108,10 @@ type LimitStore struct {
 	// FailOpen admits requests when Redis cannot answer in time; false
 	// refuses them instead. Default true.
 	FailOpen *bool `yaml:"fail_open"`
-	// LeaseTTL is how long a concurrency slot that is never released (its
-	// replica died mid-request) keeps counting; it must outlast the longest
-	// request. Default 10m; at least 1s.
+	// LeaseTTL is how long a concurrency or admission slot that is never
+	// released (its replica died mid-request) keeps counting past its last
+	// renewal: a live replica renews its requests' slots every third of
+	// it, for as long as they run. Default 30s; at least 1s.
 	LeaseTTL Duration `yaml:"lease_ttl"`
 	// KeyPrefix starts every Redis key, so several deployments can share a
 	// Redis. Default "sluice"; [A-Za-z0-9._:-]+.

@@ -113,7 +113,7 @@ func TestLimitsDefaultWithoutTenants(t *testing.T) {
 	assert.Equal(t, "", c.Limits.RedisURL)
 	assert.Equal(t, 50*time.Millisecond, c.Limits.Timeout.Std())
 	assert.True(t, c.Limits.FailsOpen())
-	assert.Equal(t, 10*time.Minute, c.Limits.LeaseTTL.Std())
+	assert.Equal(t, 30*time.Second, c.Limits.LeaseTTL.Std())
 	assert.Equal(t, "sluice", c.Limits.KeyPrefix)
 
 	c, err = Parse([]byte(minimal + "tiers:\n  - name: free\n    requests_per_minute: 1\n"))

@@ -204,6 +204,27 @@ func (s *sharedAdmission) Run(ctx context.Context, rt *router.Router) {
 	}
 }
 
+// Renew renews this replica's admission leases every third of their TTL
+// until ctx ends (redisslots.Slots.Renew), so that a request keeps its
+// slot for as long as it runs while a dead replica's slots come back
+// within the TTL. It runs until the server has drained.
+func (s *sharedAdmission) Renew(ctx context.Context) {
+	t := time.NewTicker(s.leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, s.leaseTTL/3)
+			if _, err := s.store.Renew(rctx, time.Now()); err != nil && ctx.Err() == nil {
+				s.failed(err)
+			}
+			cancel()
+		}
+	}
+}
+
 // failed counts a shared-store failure and logs at most one line in 10 s.
 func (s *sharedAdmission) failed(err error) {
 	s.errors.Inc()

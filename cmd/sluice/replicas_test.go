@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -89,6 +90,14 @@ var listenLine = regexp.MustCompile(`"msg":"sluice listening","addr":"([^"]+)"`)
 // startReplica runs `sluice serve` as its own process and returns its address.
 func startReplica(t *testing.T, bin, config string, args ...string) string {
 	t.Helper()
+	addr, _ := startReplicaProcess(t, bin, config, args...)
+	return addr
+}
+
+// startReplicaProcess is startReplica that also returns the process, for
+// a test to kill.
+func startReplicaProcess(t *testing.T, bin, config string, args ...string) (string, *os.Process) {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--config", config, "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), "SLUICE_REDIS_URL=")
 	stderr, err := cmd.StderrPipe()
@@ -114,10 +123,10 @@ func startReplica(t *testing.T, bin, config string, args ...string) string {
 	})
 	select {
 	case a := <-addrs:
-		return a
+		return a, cmd.Process
 	case <-time.After(20 * time.Second):
 		t.Fatalf("replica did not start:\n%s", logs.String())
-		return ""
+		return "", nil
 	}
 }
 
@@ -315,4 +324,95 @@ func scrapeText(t *testing.T, addr string) string {
 	_, err = bufio.NewReader(res.Body).WriteTo(&b)
 	require.NoError(t, err)
 	return b.String()
+}
+
+// TestSlotsLastAsLongAsTheirRequestsAndEndWithTheirReplica: with a lease
+// TTL of 1 s, a request running on replica A for several TTLs keeps its
+// tenant's one concurrency slot and its backend's one admission slot on
+// every replica (A renews them), and once A is killed both come back
+// within about a TTL. Until 2026-12-02 leases were not renewed: the
+// request lost both slots after one TTL, so the TTL defaulted to 10 minutes,
+// and a killed replica's slots stayed taken that long.
+func TestSlotsLastAsLongAsTheirRequestsAndEndWithTheirReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	redis := startRedis(t)
+	bin := buildSluice(t)
+	_, url := slowWorker(t)
+	cfg := writeConfig(t, `listen: 127.0.0.1:0
+scrape:
+  enabled: false
+models:
+  - name: m
+    admission:
+      max_in_flight_per_backend: 1
+      replicas: 2
+    backends:
+      - url: `+url+`
+tiers:
+  - name: one
+    concurrent_requests: 1
+  - name: open
+tenants:
+  - name: acme
+    tier: one
+    api_keys: ["`+strings.TrimSpace(sha256Line("sk-acme"))+`"]
+  - name: other
+    tier: open
+    api_keys: ["`+strings.TrimSpace(sha256Line("sk-other"))+`"]
+limits:
+  redis_url: `+redis.url()+`
+  lease_ttl: 1s
+`)
+	a, procA := startReplicaProcess(t, bin, cfg)
+	b := startReplica(t, bin, cfg)
+	as := func(addr, key string) openai.Client {
+		return openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey(key),
+			option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: &http.Transport{}}))
+	}
+	status := func(err error) int {
+		var apiErr *openai.Error
+		if errors.As(err, &apiErr) {
+			return apiErr.StatusCode
+		}
+		require.NoError(t, err)
+		return http.StatusOK
+	}
+
+	// A long stream through A holds acme's slot and the backend's.
+	ca, cb, co := as(a, "sk-acme"), as(b, "sk-acme"), as(b, "sk-other")
+	hold := ca.Chat.Completions.NewStreaming(context.Background(), chat("", 5000))
+	require.True(t, hold.Next(), "the long request streams through replica A")
+	defer hold.Close()
+	time.Sleep(2500 * time.Millisecond) // 2.5 TTLs
+
+	_, err := cb.Chat.Completions.New(context.Background(), chat("", 2))
+	assert.Equal(t, http.StatusTooManyRequests, status(err), "acme's one slot is still held through B, 2.5 TTLs on")
+	waited := make(chan error, 1)
+	go func() { // another tenant's request waits on B for the backend's one slot
+		_, err := co.Chat.Completions.New(context.Background(), chat("", 2))
+		waited <- err
+	}()
+	time.Sleep(time.Second)
+	select {
+	case err := <-waited:
+		t.Fatalf("a request ran beside the long one on a backend with a budget of 1 (err %v)", err)
+	default:
+	}
+
+	require.NoError(t, procA.Kill()) // A dies without releasing anything
+	killed := time.Now()
+	select {
+	case err := <-waited:
+		require.NoError(t, err)
+		t.Logf("the backend's slot came back %v after A was killed", time.Since(killed).Round(time.Millisecond))
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiting request did not run within 15 s of A's death")
+	}
+	assert.Eventually(t, func() bool {
+		_, err := cb.Chat.Completions.New(context.Background(), chat("", 2))
+		return status(err) == http.StatusOK
+	}, 10*time.Second, 100*time.Millisecond, "acme's slot comes back once A stops renewing it")
+	t.Logf("acme's slot came back %v after A was killed", time.Since(killed).Round(time.Millisecond))
 }

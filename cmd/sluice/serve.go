@@ -178,9 +178,14 @@ func runServer(ctx context.Context, o serverOptions) error {
 	lctx, stopLimiter := context.WithCancel(context.Background())
 	limited := make(chan error, 1)
 	go func() { limited <- limiter.Run(lctx) }()
+	var renewing sync.WaitGroup // the admission leases, renewed as long
+	if shared != nil {
+		renewing.Go(func() { shared.Renew(lctx) })
+	}
 	defer func() {
 		stopLimiter()
 		<-limited
+		renewing.Wait()
 	}()
 	ropts := routerOptions(cfg, table)
 	ropts.Tenants = tenants
@@ -289,7 +294,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 			o.log.Info("config file changed; reloading", "path", o.path)
 			_ = live.Reload()
 		case <-ctx.Done():
-			o.log.Info("shutting down", "drain", o.drain)
+			o.log.Info("shutting down", "drain", o.drain.String())
 			sctx, cancel := context.WithTimeout(context.Background(), o.drain)
 			err := srv.Shutdown(sctx)
 			cancel()

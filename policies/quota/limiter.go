@@ -88,6 +88,9 @@ func roundUp(d time.Duration) time.Duration {
 	return max((d+time.Millisecond-1)/time.Millisecond, 1) * time.Millisecond
 }
 
+// DefaultLeaseTTL is LimiterOptions.LeaseTTL's default.
+const DefaultLeaseTTL = 30 * time.Second
+
 // ErrUnavailable is Reserve's answer when the Store failed and the limits
 // fail closed: the router answers 503.
 var ErrUnavailable = errors.New("the rate-limit store is unavailable")
@@ -103,7 +106,10 @@ type LimiterOptions struct {
 	// Timeout bounds each Store call. Default 50ms.
 	Timeout time.Duration
 	// LeaseTTL is how long an unsettled reservation keeps its concurrency
-	// slot (a replica that died cannot settle). Default 10m.
+	// slot past its last renewal: Run renews the leases of the
+	// reservations not yet settled every LeaseTTL/3, so a replica that
+	// died frees its slots within LeaseTTL while a live one keeps them for
+	// as long as its requests run. Default 30s.
 	LeaseTTL time.Duration
 	// Async settles in the background, in batches, from Run, so that a
 	// remote Store's round trip is off the request's path. Run must then
@@ -135,6 +141,9 @@ type Limiter struct {
 	mu      sync.Mutex // guards stopped
 	stopped bool
 	use     sync.Map // key -> *keyUse, for Usage
+	// held holds the reservations with a concurrency lease not yet
+	// settled (*Reservation -> struct{}), which Run renews.
+	held sync.Map
 
 	decisions   *prometheus.CounterVec // result, dimension
 	storeErrors *prometheus.CounterVec // op
@@ -142,8 +151,8 @@ type Limiter struct {
 	latency     *prometheus.HistogramVec // op
 
 	// Resolved once: the children every request touches.
-	allowed                    prometheus.Counter
-	reserveLatency, settleTime prometheus.Observer
+	allowed                               prometheus.Counter
+	reserveLatency, settleTime, renewTime prometheus.Observer
 }
 
 // NewLimiter validates o and returns a Limiter.
@@ -158,7 +167,7 @@ func NewLimiter(o LimiterOptions) (*Limiter, error) {
 		o.Timeout = 50 * time.Millisecond
 	}
 	if o.LeaseTTL == 0 {
-		o.LeaseTTL = 10 * time.Minute
+		o.LeaseTTL = DefaultLeaseTTL
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -179,7 +188,7 @@ func NewLimiter(o LimiterOptions) (*Limiter, error) {
 	}, []string{"result", "dimension"})
 	l.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_quota_store_errors_total",
-		Help: "Limit store calls that failed, by operation (reserve, settle).",
+		Help: "Limit store calls that failed, by operation (reserve, settle, renew).",
 	}, []string{"op"})
 	l.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sluice_quota_store_up",
@@ -194,6 +203,7 @@ func NewLimiter(o LimiterOptions) (*Limiter, error) {
 	l.allowed = l.decisions.WithLabelValues("allowed", "")
 	l.reserveLatency = l.latency.WithLabelValues("reserve")
 	l.settleTime = l.latency.WithLabelValues("settle")
+	l.renewTime = l.latency.WithLabelValues("renew")
 	if o.Metrics != nil {
 		for _, c := range []prometheus.Collector{l.decisions, l.storeErrors, l.storeUp, l.latency} {
 			if err := o.Metrics.Register(c); err != nil {
@@ -262,7 +272,11 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 		return nil, re
 	}
 	l.allowed.Inc()
-	return &Reservation{Decision: d, key: key, lim: lim, amt: amt, lease: lease, at: now, held: true}, nil
+	r := &Reservation{Decision: d, key: key, lim: lim, amt: amt, lease: lease, at: now, held: true}
+	if lim.Concurrency > 0 {
+		l.held.Store(r, struct{}{})
+	}
+	return r, nil
 }
 
 // tooLarge returns the burst and the amount asked when amt alone exceeds
@@ -302,6 +316,9 @@ func (l *Limiter) Settle(r *Reservation, used Amount) {
 	l.usageOf(r.key).settled(now, used)
 	if !r.held {
 		return
+	}
+	if r.lim.Concurrency > 0 {
+		l.held.Delete(r)
 	}
 	it := SettleItem{Key: r.key, Limits: r.lim, Now: now,
 		Settlement: Settlement{Reserved: r.amt, Used: used, LeaseID: r.lease, ReservedAt: r.at}}
@@ -363,10 +380,14 @@ func (l *Limiter) settled(start time.Time, err error) {
 	l.recovered()
 }
 
-// Run settles queued reservations in batches until ctx is done, then
-// settles what is left and returns nil. It is needed only with Async.
+// Run renews the leases of unsettled reservations every LeaseTTL/3 and,
+// with Async, settles queued reservations in batches, until ctx is done;
+// then it settles what is left and returns nil. Without Run a request
+// that outlives LeaseTTL stops counting against its concurrency limit.
 func (l *Limiter) Run(ctx context.Context) error {
 	l.running.Store(true)
+	renew := time.NewTicker(l.o.LeaseTTL / 3)
+	defer renew.Stop()
 	batch := make([]SettleItem, 0, 64)
 	flush := func() {
 		if len(batch) > 0 {
@@ -388,6 +409,8 @@ func (l *Limiter) Run(ctx context.Context) error {
 				}
 			}
 			flush()
+		case <-renew.C:
+			l.renew()
 		case <-ctx.Done():
 			l.mu.Lock()
 			l.stopped = true
@@ -407,6 +430,43 @@ func (l *Limiter) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// renew extends the leases of every reservation not yet settled, in one
+// Store call.
+func (l *Limiter) renew() {
+	byKey := map[string]int{}
+	var held []Held
+	l.held.Range(func(k, _ any) bool {
+		r := k.(*Reservation)
+		i, ok := byKey[r.key]
+		if !ok {
+			i = len(held)
+			byKey[r.key] = i
+			held = append(held, Held{Key: r.key})
+		}
+		held[i].IDs = append(held[i].IDs, r.lease)
+		return true
+	})
+	if len(held) == 0 {
+		return
+	}
+	start := l.o.Now()
+	ctx := context.Background()
+	if !l.local {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 4*l.o.Timeout)
+		defer cancel()
+	}
+	err := l.o.Store.Renew(ctx, held, l.o.LeaseTTL, start)
+	l.renewTime.Observe(l.o.Now().Sub(start).Seconds())
+	if err != nil {
+		// The leases end LeaseTTL after their last renewal; the next tick
+		// tries again.
+		l.failed("renew", err)
+		return
+	}
+	l.recovered()
 }
 
 // probeEvery is how often, while the Store fails, a Reserve tries it;

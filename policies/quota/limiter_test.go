@@ -205,3 +205,80 @@ func BenchmarkLimiter(b *testing.B) {
 		l.Settle(res, used)
 	}
 }
+
+// renewals is a Store that hands each Renew it passed on to the test,
+// until stop is closed.
+type renewals struct {
+	quota.Store
+	calls chan []quota.Held
+	stop  chan struct{}
+}
+
+func (r *renewals) Renew(ctx context.Context, held []quota.Held, ttl time.Duration, now time.Time) error {
+	err := r.Store.Renew(ctx, held, ttl, now)
+	select {
+	case r.calls <- held:
+	case <-r.stop:
+	}
+	return err
+}
+
+// TestRunRenewsTheLeasesOfRequestsThatRun: a request that outlives the
+// lease TTL keeps its concurrency slot while Run renews it, and once
+// settled it is renewed no more. (Until 2026-12-02 leases were never
+// renewed: a request past lease_ttl stopped counting, so the TTL had to
+// be long, and a dead replica's slots stayed taken as long.)
+func TestRunRenewsTheLeasesOfRequestsThatRun(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	st := &renewals{Store: memstore.New(), calls: make(chan []quota.Held), stop: make(chan struct{})}
+	const ttl = 30 * time.Millisecond // Run renews every 10 ms of real time
+	l, err := quota.NewLimiter(quota.LimiterOptions{Store: st, LeaseTTL: ttl, Now: clock})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	defer func() { close(st.stop); cancel(); require.NoError(t, <-done) }()
+
+	lim := quota.Limits{Concurrency: 1}
+	long, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
+	require.NoError(t, err)
+	// Ten TTLs pass in steps of two thirds of one, each followed by a
+	// renewal. A renewal waits to be received, so the one received after
+	// a step read the clock at most one step before: the lease never
+	// lapses.
+	for range 15 {
+		advance(ttl * 2 / 3)
+		var held []quota.Held
+		select {
+		case held = <-st.calls:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run renewed no lease in 5 s")
+		}
+		require.Len(t, held, 1)
+		assert.Equal(t, "t", held[0].Key)
+		assert.Len(t, held[0].IDs, 1)
+	}
+	_, err = l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
+	var re *quota.RejectError
+	require.ErrorAs(t, err, &re, "the long request still holds the one slot, ten TTLs on")
+	assert.Equal(t, quota.DimConcurrency, re.Dimension)
+
+	l.Settle(long, quota.Amount{Requests: 1})
+	// A renewal that read the lease before its Settle may still come;
+	// after it none does, with nothing held.
+	select {
+	case <-st.calls:
+	case <-time.After(30 * time.Millisecond):
+	}
+	select {
+	case held := <-st.calls:
+		t.Fatalf("a renewal after the only lease was settled: %v", held)
+	case <-time.After(50 * time.Millisecond):
+	}
+	next, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
+	require.NoError(t, err, "the settled lease left its slot")
+	l.Settle(next, quota.Amount{Requests: 1})
+}

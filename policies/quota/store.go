@@ -91,6 +91,12 @@ type Lease struct {
 	TTL time.Duration
 }
 
+// Held is one tenant's leases that a Limiter still holds, for Renew.
+type Held struct {
+	Key string
+	IDs []string
+}
+
 // Settlement replaces a reservation's estimate by the real usage.
 type Settlement struct {
 	// Reserved is the Amount the Reserve charged.
@@ -129,4 +135,10 @@ type Store interface {
 	// is released. Settling an unknown or expired lease still adjusts the
 	// counters.
 	Settle(ctx context.Context, key string, lim Limits, s Settlement, now time.Time) error
+	// Renew moves the expiry of every lease of held that the Store still
+	// holds to now+ttl, for all tenants in one call; a lease settled or
+	// expired meanwhile stays gone. The Limiter renews the leases of its
+	// requests while they run, so that a short TTL frees a dead replica's
+	// slots soon without freeing those of a long request.
+	Renew(ctx context.Context, held []Held, ttl time.Duration, now time.Time) error
 }

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-llm/sluice/policies/admission"
+	"github.com/sluice-llm/sluice/policies/internal/leaseset"
 )
 
 // acquireScript: KEYS[1] the backend's lease set, KEYS[2] its pending
@@ -134,6 +136,17 @@ type Slots struct {
 	client          redis.UniversalClient
 	prefix          string
 	acquire, unwait *redis.Script
+
+	mu sync.Mutex
+	// held are the leases this Slots granted and that are not released:
+	// Renew extends them while their requests run.
+	held map[string]heldLease // lease ID -> where
+}
+
+// heldLease is where a held lease is, and its TTL.
+type heldLease struct {
+	pool, backend string
+	ttl           time.Duration
 }
 
 var _ admission.Slots = (*Slots)(nil)
@@ -150,7 +163,8 @@ func New(client redis.UniversalClient, prefix string) (*Slots, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("redisslots: prefix %q must not contain '{' or '}'", prefix)
 	}
-	return &Slots{client: client, prefix: prefix, acquire: redis.NewScript(acquireScript), unwait: redis.NewScript(unwaitScript)}, nil
+	return &Slots{client: client, prefix: prefix, acquire: redis.NewScript(acquireScript), unwait: redis.NewScript(unwaitScript),
+		held: map[string]heldLease{}}, nil
 }
 
 func (s *Slots) leases(pool, backend string) string {
@@ -230,6 +244,9 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 	case err != nil:
 		return admission.Full, fmt.Errorf("redisslots: acquire: %w", err)
 	case v == 1:
+		s.mu.Lock()
+		s.held[l.ID] = heldLease{pool: l.Pool, backend: l.Backend, ttl: l.TTL}
+		s.mu.Unlock()
 		return admission.Granted, nil
 	case v == 2:
 		return admission.Behind, nil
@@ -238,7 +255,12 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 }
 
 // Release implements admission.Slots; it tells the replicas' Watch.
+// The lease is renewed no more, even when the call fails: it then ends
+// with its TTL.
 func (s *Slots) Release(ctx context.Context, pool, backend, lease string) error {
+	s.mu.Lock()
+	delete(s.held, lease)
+	s.mu.Unlock()
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, s.leases(pool, backend), lease)
 		p.HDel(ctx, s.prompts(pool, backend), lease)
@@ -249,6 +271,43 @@ func (s *Slots) Release(ctx context.Context, pool, backend, lease string) error 
 		return fmt.Errorf("redisslots: release: %w", err)
 	}
 	return nil
+}
+
+// Renew extends every lease this Slots granted and that is not released
+// to now plus its TTL, in one round trip, and returns how many it renewed.
+// Call it every third of the TTL: a replica that dies stops renewing, and
+// its slots come back within the TTL, while a live replica's requests
+// keep theirs for as long as they run, however long that is.
+func (s *Slots) Renew(ctx context.Context, now time.Time) (int, error) {
+	type set struct {
+		key string
+		ttl time.Duration
+	}
+	s.mu.Lock()
+	ids := map[set][]string{}
+	for id, h := range s.held {
+		k := set{s.leases(h.pool, h.backend), h.ttl}
+		ids[k] = append(ids[k], id)
+	}
+	s.mu.Unlock()
+	byTTL := map[time.Duration][]leaseset.Renewal{}
+	for k, v := range ids {
+		byTTL[k.ttl] = append(byTTL[k.ttl], leaseset.Renewal{Key: k.key, IDs: v})
+	}
+	total := 0
+	var errs []error
+	ms := now.UnixMilli()
+	for ttl, rs := range byTTL { // one TTL, unless a reload changed it
+		n, err := leaseset.Renew(ctx, s.client, rs, ms, ms+ttl.Milliseconds(), ttl)
+		total += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return total, fmt.Errorf("redisslots: %w", err)
+	}
+	return total, nil
 }
 
 // Prefilled implements admission.Slots; it tells the replicas' Watch.

@@ -257,3 +257,56 @@ func TestADeadReplicasWaitsHoldNothingBack(t *testing.T) {
 	wait("light", "r1-live")
 	assert.Equal(t, admission.Behind, at("h3"), "the light tenant's request on r1, which beats, goes first")
 }
+
+// TestLeasesLiveWhileRenewedAndEndAfterTheirReplicaStops: one replica's
+// renewed lease outlives its TTL; a released one is not renewed; once the
+// replica stops renewing (it died), its slot is back within the TTL. Until
+// 2026-12-02 leases were never renewed, so the TTL had to outlast the
+// longest request (10 minutes), and a dead replica's slots stayed taken as
+// long.
+func TestLeasesLiveWhileRenewedAndEndAfterTheirReplicaStops(t *testing.T) {
+	newSlots(t) // skips without Redis
+	prefix := fmt.Sprintf("test%d", rand.Uint64())
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	a, err := redisslots.New(client, prefix)
+	require.NoError(t, err)
+	b, err := redisslots.New(client, prefix) // another replica
+	require.NoError(t, err)
+	ctx := context.Background()
+	t0 := time.Unix(1_800_000_000, 0)
+	for _, id := range []string{"a1", "a2"} {
+		ok, err := granted(a, lease(2, admission.Default, id, t0))
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	n, err := a.Renew(ctx, t0.Add(50*time.Second)) // a1 and a2 until 110 s
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	require.NoError(t, a.Release(ctx, "m", "b1", "a2"))
+	n, err = b.Renew(ctx, t0.Add(50*time.Second))
+	require.NoError(t, err)
+	assert.Zero(t, n, "a replica renews only its own leases")
+
+	at := t0.Add(70 * time.Second) // past a1's first TTL
+	ok, err := granted(b, lease(2, admission.Default, "b1", at))
+	require.NoError(t, err)
+	assert.True(t, ok, "a2's release made room")
+	ok, err = granted(b, lease(2, admission.Default, "b2", at))
+	require.NoError(t, err)
+	assert.False(t, ok, "a1, renewed, holds its slot past its first TTL")
+
+	n, err = a.Renew(ctx, at) // a1 until 130 s; a2, released, is not renewed
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	// a stops renewing: a1 ends a TTL after its last renewal.
+	ok, err = granted(b, lease(2, admission.Default, "b2", t0.Add(130*time.Second-time.Millisecond)))
+	require.NoError(t, err)
+	assert.False(t, ok)
+	ok, err = granted(b, lease(2, admission.Default, "b2", t0.Add(130*time.Second)))
+	require.NoError(t, err)
+	assert.True(t, ok, "a1's slot is back a TTL after its replica stopped renewing it")
+	n, err = a.Renew(ctx, t0.Add(131*time.Second))
+	require.NoError(t, err)
+	assert.Zero(t, n, "an expired lease is not brought back")
+}

@@ -171,6 +171,30 @@ func (s *Store) Settle(ctx context.Context, key string, lim quota.Limits, st quo
 	return nil
 }
 
+// Renew implements quota.Store.
+func (s *Store) Renew(ctx context.Context, held []quota.Held, ttl time.Duration, now time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: renew: %w", err)
+	}
+	exp := gcra.LeaseExpiry(now, ttl)
+	for _, h := range held {
+		sh := s.shard(h.Key)
+		sh.mu.Lock()
+		if t := sh.tenants[h.Key]; t != nil {
+			t.purge(now)
+			for _, id := range h.IDs {
+				// A later expiry keeps purgeAt a time at or before which
+				// nothing expires.
+				if _, ok := t.leases[id]; ok {
+					t.leases[id] = exp
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
 // keep stores t under key, or forgets key when t is idle, so that a call
 // that records nothing leaves nothing behind. The caller holds sh.mu.
 func (sh *shard) keep(key string, t *tenant, now time.Time) {

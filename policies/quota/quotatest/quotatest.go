@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) quota.Store) {
 		{"settle_unknown_lease", testSettleUnknownLease},
 		{"concurrency", testConcurrency},
 		{"concurrency_staggered", testConcurrencyStaggered},
+		{"renew", testRenew},
 		{"tokens_per_day", testTokensPerDay},
 		{"tokens_per_day_settle", testTokensPerDaySettle},
 		{"windows", testWindows},
@@ -322,6 +323,34 @@ func testConcurrencyStaggered(t *testing.T, s quota.Store) {
 	tn.advance(time.Millisecond) // a expired
 	lease("e", time.Minute)
 	tn.deny(req(1), quota.DimConcurrency)
+}
+
+// testRenew renews leases: a renewed lease counts its TTL past the
+// renewal; one settled, expired or never taken is not brought back.
+func testRenew(t *testing.T, s quota.Store) {
+	tn := newTenant(t, s, "renew", quota.Limits{Concurrency: 2})
+	renew := func(ids ...string) {
+		t.Helper()
+		held := []quota.Held{{Key: tn.key, IDs: ids}, {Key: "renew-nobody", IDs: []string{"x"}}}
+		require.NoError(t, s.Renew(context.Background(), held, 30*time.Second, tn.now))
+	}
+	tn.allow(req(1), "a") // until 30s
+	tn.allow(req(1), "b")
+	tn.settle(req(1), req(1), "b", tn.now)
+	tn.advance(20 * time.Second)
+	renew("a", "b", "ghost") // a until 50s; b stays released, ghost untaken
+	tn.allow(req(1), "c")    // until 50s
+	tn.deny(req(1), quota.DimConcurrency)
+	tn.settle(req(1), req(1), "c", tn.now)
+
+	tn.advance(30*time.Second - time.Millisecond) // 49.999s: a counts past its first 30s
+	tn.allow(req(1), "d")                         // until 79.999s
+	tn.deny(req(1), quota.DimConcurrency)
+	tn.advance(time.Millisecond) // 50s: a expired
+	renew("a")                   // and stays so
+	tn.allow(req(1), "e")
+	tn.deny(req(1), quota.DimConcurrency)
+	renew() // nothing to renew is no error
 }
 
 func testTokensPerDay(t *testing.T, s quota.Store) {

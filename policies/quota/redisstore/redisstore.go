@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-llm/sluice/policies/internal/leaseset"
 	"github.com/sluice-llm/sluice/policies/quota"
 	"github.com/sluice-llm/sluice/policies/quota/internal/gcra"
 )
@@ -123,6 +124,23 @@ func (s *Store) Settle(ctx context.Context, key string, lim quota.Limits, st quo
 	}
 	if err := s.settle.Run(ctx, s.client, keys, args...).Err(); err != nil {
 		return fmt.Errorf("redisstore: settle %q: %w", key, err)
+	}
+	return nil
+}
+
+// Renew implements quota.Store: one pipelined round trip for every
+// tenant's leases.
+func (s *Store) Renew(ctx context.Context, held []quota.Held, ttl time.Duration, now time.Time) error {
+	rs := make([]leaseset.Renewal, 0, len(held))
+	for _, h := range held {
+		if err := s.check(h.Key); err != nil {
+			return fmt.Errorf("redisstore: renew: %w", err)
+		}
+		rs = append(rs, leaseset.Renewal{Key: s.keys(h.Key, now)[1], IDs: h.IDs})
+	}
+	keep := time.Duration(gcra.LeaseTTL(ttl)+margin()) * time.Millisecond
+	if _, err := leaseset.Renew(ctx, s.client, rs, gcra.Millis(now), gcra.LeaseExpiry(now, ttl), keep); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
 	}
 	return nil
 }
