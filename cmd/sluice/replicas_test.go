@@ -416,3 +416,42 @@ limits:
 	}, 10*time.Second, 100*time.Millisecond, "acme's slot comes back once A stops renewing it")
 	t.Logf("acme's slot came back %v after A was killed", time.Since(killed).Round(time.Millisecond))
 }
+
+// TestReadinessFollowsTheLimitStoreWithoutTraffic: with limits failing
+// closed, /readyz says 503 once Redis stops and 200 once it is back, with
+// no request sent meanwhile, on a replica running when Redis stopped and
+// on one started while it was down. Before, only a client's request
+// (which an unready replica is not sent) changed it, so after a Redis blip
+// every replica stayed out of its load balancer.
+func TestReadinessFollowsTheLimitStoreWithoutTraffic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	redis := startRedis(t)
+	bin := buildSluice(t)
+	worker := startWorker(t, "m")
+	cfg := tenantConfig(t, worker.URL, "    requests_per_minute: 60\n",
+		"  redis_url: "+redis.url()+"\n  fail_open: false\n")
+	ready := func(addr string) int {
+		res, err := http.Get("http://" + addr + "/readyz")
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	running := startReplica(t, bin, cfg)
+	require.Equal(t, http.StatusOK, ready(running))
+
+	redis.stop()
+	assert.Eventually(t, func() bool { return ready(running) == http.StatusServiceUnavailable },
+		10*time.Second, 50*time.Millisecond, "unready once Redis is down, without traffic")
+	started := startReplica(t, bin, cfg)
+	assert.Eventually(t, func() bool { return ready(started) == http.StatusServiceUnavailable },
+		10*time.Second, 50*time.Millisecond, "a replica started while Redis is down is not ready")
+
+	redis.start()
+	for _, a := range []string{running, started} {
+		assert.Eventually(t, func() bool { return ready(a) == http.StatusOK },
+			10*time.Second, 50*time.Millisecond, "ready again once Redis answers, without traffic")
+		assert.Contains(t, scrapeText(t, a), "sluice_quota_store_up 1")
+	}
+}

@@ -39,6 +39,17 @@ type InProcess interface {
 	InProcess()
 }
 
+// Pinger is a Store that can say whether it answers without a tenant's
+// call (quota/redisstore). The Limiter's Run pings it at start, every
+// pingEvery while its calls succeed and every probeEvery while they fail,
+// so that Healthy (and /readyz, sluice_quota_store_up) follows the store,
+// not the traffic: an idle replica with limits failing closed would
+// otherwise stay unready after the store came back, since an unready
+// replica gets no requests to find out.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // RejectError is a reservation the limits refused: the router answers it
 // with 429 and Retry-After.
 type RejectError struct {
@@ -129,6 +140,7 @@ type LimiterOptions struct {
 type Limiter struct {
 	o        LimiterOptions
 	batch    BatchSettler
+	pinger   Pinger
 	local    bool // the Store is InProcess
 	prefix   string
 	seq      atomic.Uint64
@@ -181,6 +193,7 @@ func NewLimiter(o LimiterOptions) (*Limiter, error) {
 	}
 	l := &Limiter{o: o, prefix: hex.EncodeToString(b[:]) + "-", queue: make(chan SettleItem, 4096)}
 	l.batch, _ = o.Store.(BatchSettler)
+	l.pinger, _ = o.Store.(Pinger)
 	_, l.local = o.Store.(InProcess)
 	l.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_quota_decisions_total",
@@ -188,7 +201,7 @@ func NewLimiter(o LimiterOptions) (*Limiter, error) {
 	}, []string{"result", "dimension"})
 	l.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_quota_store_errors_total",
-		Help: "Limit store calls that failed, by operation (reserve, settle, renew).",
+		Help: "Limit store calls that failed, by operation (reserve, settle, renew, ping).",
 	}, []string{"op"})
 	l.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sluice_quota_store_up",
@@ -388,6 +401,15 @@ func (l *Limiter) Run(ctx context.Context) error {
 	l.running.Store(true)
 	renew := time.NewTicker(l.o.LeaseTTL / 3)
 	defer renew.Stop()
+	var probe <-chan time.Time
+	var lastPing time.Time
+	if l.pinger != nil {
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		probe = t.C
+		l.ping()
+		lastPing = time.Now()
+	}
 	batch := make([]SettleItem, 0, 64)
 	flush := func() {
 		if len(batch) > 0 {
@@ -411,6 +433,11 @@ func (l *Limiter) Run(ctx context.Context) error {
 			flush()
 		case <-renew.C:
 			l.renew()
+		case now := <-probe:
+			if l.degraded.Load() || now.Sub(lastPing) >= pingEvery {
+				l.ping()
+				lastPing = now
+			}
 		case <-ctx.Done():
 			l.mu.Lock()
 			l.stopped = true
@@ -430,6 +457,20 @@ func (l *Limiter) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// pingEvery is how often Run pings a Pinger whose calls succeed.
+const pingEvery = time.Second
+
+// ping asks the Store whether it answers and records the answer.
+func (l *Limiter) ping() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+	defer cancel()
+	if err := l.pinger.Ping(ctx); err != nil {
+		l.failed("ping", err)
+		return
+	}
+	l.recovered()
 }
 
 // renew extends the leases of every reservation not yet settled, in one

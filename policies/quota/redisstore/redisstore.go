@@ -49,6 +49,7 @@ type Store struct {
 var (
 	_ quota.Store        = (*Store)(nil)
 	_ quota.BatchSettler = (*Store)(nil)
+	_ quota.Pinger       = (*Store)(nil)
 )
 
 // New returns a Store on client. It does not talk to Redis: a Redis that is
@@ -82,6 +83,14 @@ func (s *Store) Load(ctx context.Context) error {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load scripts: %w", err)
 		}
+	}
+	return nil
+}
+
+// Ping implements quota.Pinger.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redisstore: ping: %w", err)
 	}
 	return nil
 }
