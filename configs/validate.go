@@ -185,6 +185,10 @@ func headerName(s string) bool {
 // sameBackend is the form of a valid backend URL two spellings of one
 // backend share: scheme and host in lower case, no trailing slash
 // (http://H:8000/ and HTTP://h:8000 are one backend).
+// SameBackend reports whether two backend URLs name one server: they
+// differ at most in the host's case and a trailing slash.
+func SameBackend(a, b string) bool { return sameBackend(a) == sameBackend(b) }
+
 func sameBackend(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {

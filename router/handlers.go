@@ -687,10 +687,13 @@ func (rt *Router) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz is 200 when every model has at least one endpoint in routing, and
-// 503 naming the models that have none, or while the limit store fails and
-// limits fail closed (every request would get 503). Failing open, a down
-// store leaves the replica serving, so ready.
+// readyz is 503 when no model has an endpoint in routing, or while the
+// limit store fails and limits fail closed (every request would get 503);
+// else 200, naming the models that have none. A model without backends
+// is the same on every replica: were one such model to make each replica
+// unready, draining its last backend would take the models that serve out
+// of every load balancer too. Failing open, a down store leaves the
+// replica serving, so ready.
 func (rt *Router) readyz(w http.ResponseWriter, _ *http.Request) {
 	t := rt.table.Load()
 	now := rt.now()
@@ -700,12 +703,16 @@ func (rt *Router) readyz(w http.ResponseWriter, _ *http.Request) {
 			down = append(down, name)
 		}
 	}
-	if len(down) > 0 {
+	if len(down) == len(t.order) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "models_without_backends": down})
 		return
 	}
 	if rt.limiter != nil && !rt.tenants.Load().Open() && !rt.limiter.Healthy() && rt.limiter.FailsClosed() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "limit_store": "down; limits fail closed"})
+		return
+	}
+	if len(down) > 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "models_without_backends": down})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -282,6 +282,39 @@ func TestNoReachableBackend(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 }
 
+// TestReadyWhileSomeModelIsServed: a model whose only backend is out of
+// routing (drained, down) leaves the replica ready, naming that model, so
+// that draining one model's last backend does not take the other models
+// out of every load balancer; with no model served it is unready.
+func TestReadyWhileSomeModelIsServed(t *testing.T) {
+	w := startWorker(t, model, "instant", 1)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}},
+		routeSpec{model: "other", urls: []string{w.srv.URL + "/other"}})
+	ready := func() (int, map[string]any) {
+		t.Helper()
+		res, err := http.Get(s.srv.URL + "/readyz")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var body map[string]any
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+		return res.StatusCode, body
+	}
+	code, body := ready()
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, map[string]any{"status": "ready"}, body)
+
+	s.endpoints[w.srv.URL+"/other"].SetDrained(true)
+	code, body = ready()
+	assert.Equal(t, http.StatusOK, code, "another model is served")
+	assert.Equal(t, []any{"other"}, body["models_without_backends"])
+
+	s.endpoints[w.srv.URL].SetDrained(true)
+	code, body = ready()
+	assert.Equal(t, http.StatusServiceUnavailable, code, "no model is served")
+	assert.ElementsMatch(t, []any{model, "other"}, body["models_without_backends"])
+	http.DefaultClient.CloseIdleConnections()
+}
+
 func TestLeastRequestSpreadsConcurrentStreams(t *testing.T) {
 	// Slow enough that streams overlap: h100 decode is ~6 ms a token.
 	w1 := startWorker(t, model, "h100-llama3-8b", 1)

@@ -334,6 +334,10 @@ func (downStore) Settle(context.Context, string, quota.Limits, quota.Settlement,
 	return errors.New("connection refused")
 }
 
+func (downStore) Renew(context.Context, []quota.Held, time.Duration, time.Time) error {
+	return errors.New("connection refused")
+}
+
 func TestLimitStoreDownFailsOpenOrClosed(t *testing.T) {
 	w := startWorker(t, model, "instant", 0)
 	for _, closed := range []bool{false, true} {

@@ -71,19 +71,31 @@ func TestAdminAPI(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, code)
 	require.Len(t, backends(), 2)
 
-	code, _ = call("POST", "/admin/backends/drain", "admin-secret", `{"model":"m","url":"`+b.URL+`"}`)
+	assert.Contains(t, logs.String(), `msg="backend added" model=m backend=`+b.URL, "the log names what changed")
+	// Drain and remove take the URL as the config's duplicate check does:
+	// host case and a trailing slash aside (a drain with "/" was a 404).
+	code, _ = call("POST", "/admin/backends/drain", "admin-secret", `{"model":"m","url":"`+b.URL+`/"}`)
 	require.Equal(t, http.StatusOK, code)
 	for _, be := range backends() {
 		assert.Equal(t, be["url"] != b.URL, be["in_routing"], "%v", be)
 	}
-	code, _ = call("DELETE", "/admin/backends", "admin-secret", `{"model":"m","url":"`+b.URL+`"}`)
+	assert.Contains(t, logs.String(), `msg="backend drained" model=m backend=`+b.URL)
+	code, _ = call("DELETE", "/admin/backends", "admin-secret", `{"model":"m","url":"`+b.URL+`/"}`)
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, backends(), 1)
+	assert.Contains(t, logs.String(), `msg="backend removed" model=m backend=`+b.URL+`/`)
 
 	code, body = call("GET", "/admin/config", "admin-secret", "")
 	require.Equal(t, http.StatusOK, code)
 	assert.Contains(t, body, "REDACTED")
 	assert.NotContains(t, body, "backend-secret")
+	// The config that runs: switches left unset and inherited timeouts as
+	// they take effect (they showed as null and 0s).
+	assert.NotContains(t, body, "null")
+	assert.Regexp(t, `breaker:\s+enabled: true`, body)
+	assert.Regexp(t, `log:\s+requests: true`, body)
+	assert.Contains(t, body, "first_byte: 1m0s", "upstream.response_header_timeout's default")
+	assert.Contains(t, body, "fail_open: true")
 
 	code, _ = call("POST", "/admin/reload", "admin-secret", "")
 	assert.Equal(t, http.StatusOK, code)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -68,7 +69,7 @@ func (r *runtime) Reload() error {
 
 // applyLocked builds cfg and swaps it in, or logs why not and keeps what
 // serves.
-func (r *runtime) applyLocked(cfg *configs.Config, what string) error {
+func (r *runtime) applyLocked(cfg *configs.Config, what string, attrs ...any) error {
 	t, endpoints, err := buildTable(cfg, r.reg, r.eps, r.shared)
 	var dir *auth.Directory
 	if err == nil {
@@ -89,13 +90,13 @@ func (r *runtime) applyLocked(cfg *configs.Config, what string) error {
 		r.log.Warn("config changes that take effect on restart; running as started", "fields", pending)
 	}
 	r.current = cfg
-	r.log.Info(what, "models", len(cfg.Models))
+	r.log.Info(what, append(attrs, "models", len(cfg.Models))...)
 	return nil
 }
 
 // edit applies change to a copy of the running config, validates and
 // applies it.
-func (r *runtime) edit(change func(*configs.Config) error, what string) error {
+func (r *runtime) edit(change func(*configs.Config) error, what string, attrs ...any) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b, err := yaml.Marshal(r.current)
@@ -116,7 +117,7 @@ func (r *runtime) edit(change func(*configs.Config) error, what string) error {
 	if err != nil {
 		return err
 	}
-	if err := r.applyLocked(cfg, what); err != nil {
+	if err := r.applyLocked(cfg, what, attrs...); err != nil {
 		return err
 	}
 	r.edited = true
@@ -141,7 +142,7 @@ func (r *runtime) AddBackend(model, url string, weight int) error {
 		}
 		m.Backends = append(m.Backends, configs.Backend{URL: url, Weight: weight})
 		return nil
-	}, "backend added")
+	}, "backend added", "model", model, "backend", url)
 }
 
 // RemoveBackend removes url from model's backends; its requests in flight
@@ -152,13 +153,13 @@ func (r *runtime) RemoveBackend(model, url string) error {
 		if err != nil {
 			return err
 		}
-		i := slices.IndexFunc(m.Backends, func(b configs.Backend) bool { return b.URL == url })
+		i := slices.IndexFunc(m.Backends, func(b configs.Backend) bool { return configs.SameBackend(b.URL, url) })
 		if i < 0 {
 			return fmt.Errorf("%w: backend %q of model %q", admin.ErrNotFound, url, model)
 		}
 		m.Backends = slices.Delete(m.Backends, i, i+1)
 		return nil
-	}, "backend removed")
+	}, "backend removed", "model", model, "backend", url)
 }
 
 // Drain takes url out of routing (or puts it back) without changing the
@@ -170,12 +171,17 @@ func (r *runtime) Drain(model, url string, on bool) error {
 	if err != nil {
 		return err
 	}
-	e, ok := r.eps.Lookup(url)
-	if !ok || !slices.ContainsFunc(m.Backends, func(b configs.Backend) bool { return b.URL == url }) {
+	i := slices.IndexFunc(m.Backends, func(b configs.Backend) bool { return configs.SameBackend(b.URL, url) })
+	var e *backends.Endpoint
+	ok := i >= 0
+	if ok {
+		e, ok = r.eps.Lookup(m.Backends[i].URL)
+	}
+	if !ok {
 		return fmt.Errorf("%w: backend %q of model %q", admin.ErrNotFound, url, model)
 	}
 	e.SetDrained(on)
-	r.log.Info("backend drained", "backend", e.Address(), "drained", on)
+	r.log.Info("backend drained", "model", model, "backend", e.Address(), "drained", on)
 	return nil
 }
 
@@ -268,6 +274,15 @@ func (r *runtime) Config() ([]byte, error) {
 	s := r.started
 	c.Listen, c.MaxBodyBytes, c.Upstream, c.Scrape, c.SessionHeader = s.Listen, s.MaxBodyBytes, s.Upstream, s.Scrape, s.SessionHeader
 	c.Admin, c.Log, c.Limits, c.Batch = s.Admin, s.Log, s.Limits, s.Batch
+	// Switches left unset and inherited timeouts, as they take effect.
+	c.Upstream.Breaker.Enabled = ptr(c.Upstream.Breaker.On())
+	c.Scrape.Enabled = ptr(c.Scrape.On())
+	c.Log.Requests = ptr(c.Log.RequestsOn())
+	c.Limits.FailOpen = ptr(c.Limits.FailsOpen())
+	for i := range c.Models {
+		t := &c.Models[i].Timeouts
+		t.FirstByte = cmp.Or(t.FirstByte, c.Upstream.ResponseHeaderTimeout)
+	}
 	for i := range c.Models {
 		for j := range c.Models[i].Backends {
 			if c.Models[i].Backends[j].APIKey != "" {
@@ -288,6 +303,8 @@ func (r *runtime) Config() ([]byte, error) {
 	head := "# changed in " + r.path + " and waiting for a restart (shown as running): " + strings.Join(pending, ", ") + "\n"
 	return append([]byte(head), out...), nil
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // restartPending names the settings read only at start that differ in cfg
 // from the config the process started with.
