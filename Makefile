@@ -65,7 +65,7 @@ bench-classes-live: build
 bench-policies: build
 	./deploy/bench-policies.sh
 
-## bench-policies-live: the same comparison with real gpuworkers behind a real Sluice on loopback (~6 minutes)
+## bench-policies-live: the same comparison with real gpuworkers behind a real Sluice on loopback (6 to 11 minutes)
 bench-policies-live: build
 	./deploy/bench-policies-live.sh
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -195,7 +196,11 @@ func (s *sharedAdmission) Run(ctx context.Context, rt *router.Router) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.failed(err)
+		if slices.ContainsFunc(rt.Table().Routes(), func(r *router.Route) bool { return r.Gate != nil }) {
+			s.failed(err)
+		} else {
+			s.errors.Inc() // no model admits through the store: nothing to warn of
+		}
 		select {
 		case <-ctx.Done():
 			return
