@@ -154,12 +154,12 @@ func newSharedAdmission(c *configs.Config, st limitStore, log *slog.Logger, reg 
 	}
 	errs := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_admission_store_errors_total",
-		Help: "Shared admission store calls that failed; admission went on within this replica's share of the budgets.",
+		Help: "Shared admission store calls that failed, or that were not made because it was failing (one call per 250 ms asks it); admission went on within this replica's share of the budgets.",
 	})
 	if err := reg.Register(errs); err != nil {
 		return nil, err
 	}
-	return &sharedAdmission{slots: timed, store: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
+	return &sharedAdmission{slots: newBreakerSlots(timed), store: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
 }
 
 // redisLog writes go-redis's own log lines to log at debug level.

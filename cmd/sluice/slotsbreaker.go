@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluice-llm/sluice/policies/admission"
+)
+
+// breakerSlots fails a shared admission store's calls at once while the
+// store fails, letting one call through every breakerProbe to see whether
+// it answers again; the gates then admit within their replica's share
+// without waiting. A gate binds under its lock, so before this (2026-12-02)
+// a Redis that hung (SIGSTOP, a stalled failover) held every dispatch for
+// the call's 50 ms timeout, per candidate backend, for the whole outage,
+// where the limit store answered at once. Release always goes to the
+// store: the store must forget a lease it renews, and a release's failure
+// leaves the lease to its TTL.
+type breakerSlots struct {
+	next admission.Slots
+	cb   *gobreaker.CircuitBreaker[admission.Grant]
+}
+
+// breakerProbe is how often a failing store is asked again.
+const breakerProbe = 250 * time.Millisecond
+
+var _ admission.Slots = (*breakerSlots)(nil)
+
+func newBreakerSlots(next admission.Slots) *breakerSlots {
+	return &breakerSlots{next: next, cb: gobreaker.NewCircuitBreaker[admission.Grant](gobreaker.Settings{
+		Name:        "admission store",
+		MaxRequests: 1,
+		Timeout:     breakerProbe,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 1 },
+	})}
+}
+
+// call runs f through the breaker.
+func (s *breakerSlots) call(f func() error) error {
+	_, err := s.cb.Execute(func() (admission.Grant, error) { return 0, f() })
+	return err
+}
+
+func (s *breakerSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
+	return s.cb.Execute(func() (admission.Grant, error) { return s.next.Acquire(ctx, l) })
+}
+
+func (s *breakerSlots) Release(ctx context.Context, pool, backend, lease string) error {
+	return s.next.Release(ctx, pool, backend, lease)
+}
+
+func (s *breakerSlots) Prefilled(ctx context.Context, pool, backend string, leases ...string) error {
+	return s.call(func() error { return s.next.Prefilled(ctx, pool, backend, leases...) })
+}
+
+func (s *breakerSlots) Wait(ctx context.Context, pool string, w admission.Waiting) error {
+	return s.call(func() error { return s.next.Wait(ctx, pool, w) })
+}
+
+func (s *breakerSlots) Unwait(ctx context.Context, pool string, w admission.Waiting) error {
+	return s.call(func() error { return s.next.Unwait(ctx, pool, w) })
+}
+
+func (s *breakerSlots) Beat(ctx context.Context, pool, replica string) error {
+	return s.call(func() error { return s.next.Beat(ctx, pool, replica) })
+}
