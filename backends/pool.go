@@ -2,6 +2,8 @@ package backends
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -76,6 +78,18 @@ func (r *Registry) Lookup(rawURL string) (*Endpoint, bool) {
 	}
 	old, ok := r.byAddr[e.Address()]
 	return old, ok
+}
+
+// Endpoints returns every endpoint the registry has made, backends a
+// reload removed included (their requests in flight finish there), by
+// address.
+func (r *Registry) Endpoints() []*Endpoint {
+	out := make([]*Endpoint, 0, len(r.byAddr))
+	for _, e := range r.byAddr {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b *Endpoint) int { return strings.Compare(a.Address(), b.Address()) })
+	return out
 }
 
 // Get returns the endpoint for rawURL, creating it on first use.

@@ -27,7 +27,7 @@ func TestAdminAPI(t *testing.T) {
 	go func() {
 		done <- runServer(ctx, serverOptions{path: path, drain: time.Second, ready: ready, log: slog.New(slog.NewTextHandler(&logs, nil))})
 	}()
-	<-ready
+	addr := <-ready
 	var adminAddr string
 	require.Eventually(t, func() bool {
 		m := regexp.MustCompile(`admin API listening" addr=(\S+)`).FindStringSubmatch(logs.String())
@@ -109,6 +109,40 @@ func TestAdminAPI(t *testing.T) {
 	require.Len(t, backends(), 1)
 	assert.Contains(t, logs.String(), "the config file replaced backends changed through the admin API")
 	assert.NotContains(t, logs.String(), "take effect on restart", "no setting read at start changed, through the API or the file")
+
+	// A backend removed while a request streams there is listed, marked
+	// removed, until the request ends (it vanished at once, in flight).
+	_, slow := slowWorker(t)
+	code, body = call("POST", "/admin/backends", "admin-secret", `{"model":"m","url":"`+slow+`"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	code, _ = call("POST", "/admin/backends/drain", "admin-secret", `{"model":"m","url":"`+a.URL+`"}`)
+	require.Equal(t, http.StatusOK, code)
+	c := client(addr)
+	stream := c.Chat.Completions.NewStreaming(context.Background(), chat("", 5000))
+	require.True(t, stream.Next(), "a stream on the slow backend")
+	code, _ = call("DELETE", "/admin/backends", "admin-secret", `{"model":"m","url":"`+slow+`"}`)
+	require.Equal(t, http.StatusOK, code)
+	var removed map[string]any
+	for _, be := range backends() {
+		if be["url"] == slow {
+			removed = be
+		}
+	}
+	require.NotNil(t, removed, "the removed backend is listed while its request runs")
+	assert.Equal(t, true, removed["removed"])
+	assert.EqualValues(t, 1, removed["in_flight"])
+	assert.Equal(t, false, removed["in_routing"])
+	require.NoError(t, stream.Close())
+	assert.Eventually(t, func() bool {
+		for _, be := range backends() {
+			if be["url"] == slow {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "gone once its request ended")
+	code, _ = call("POST", "/admin/backends/undrain", "admin-secret", `{"model":"m","url":"`+a.URL+`"}`)
+	require.Equal(t, http.StatusOK, code)
 
 	// A setting read only at start, changed in the file: the config shown
 	// is what runs, and says what waits for a restart.

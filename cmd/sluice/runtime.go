@@ -212,6 +212,18 @@ func (r *runtime) Backends() []admin.Backend {
 			out = append(out, v)
 		}
 	}
+	// Backends a change removed, while their requests in flight finish.
+	listed := map[string]bool{}
+	for _, v := range out {
+		listed[v.URL] = true
+	}
+	for _, e := range r.eps.Endpoints() {
+		if n := e.InFlight(); n > 0 && !listed[e.Address()] {
+			out = append(out, admin.Backend{URL: e.Address(), Weight: e.Weight(), Breaker: "none", InFlight: n,
+				TTFTMillis: float64(e.TTFT().Microseconds()) / 1000, TokensPerSec: e.TokensPerSec(),
+				Requests: e.Requests(), Failures: e.Failures(), Removed: true})
+		}
+	}
 	return out
 }
 

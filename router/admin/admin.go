@@ -32,6 +32,10 @@ type Backend struct {
 	// Failures those that failed before a response arrived.
 	Requests uint64 `json:"requests_total"`
 	Failures uint64 `json:"failures_total"`
+	// Removed marks a backend no model serves any more that still has
+	// requests in flight (Model is then empty): it is listed until they
+	// finish, so an operator knows when its server may stop.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Runtime is what the admin API reads and changes.
