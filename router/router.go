@@ -306,7 +306,7 @@ func (rt *Router) Handler() http.Handler {
 	// (the server sends the headers and drops the body), as the 405's Allow
 	// promises; health checks and load balancers probe with HEAD.
 	r.Use(chimw.GetHead, middleware.RequestID, middleware.Recoverer(rt.log),
-		middleware.Tracing(middleware.TracingOptions{Provider: rt.tracer}))
+		middleware.Tracing(middleware.TracingOptions{Provider: rt.tracer, Untraced: []string{"/healthz", "/readyz", "/metrics"}}))
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { writeError(w, errNoRoute) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Allow", allowed(req.URL.Path))

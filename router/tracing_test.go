@@ -316,3 +316,29 @@ func TestTracingOffPassesTheClientsTraceContextOn(t *testing.T) {
 	assert.Equal(t, parent, seen[0], "the client's trace context, passed on")
 	assert.Empty(t, seen[1], "no trace context made up")
 }
+
+// TestSpanNamesAreRoutesAndProbesAreUntraced: a request span is named
+// after its route pattern, a path no route matches "unmatched" (the raw
+// path made span names unbounded), and health checks and metric scrapes
+// make no span (one per scrape filled the trace store).
+func TestSpanNamesAreRoutesAndProbesAreUntraced(t *testing.T) {
+	rec, tp := recorded(t)
+	w := startHeaderWorker(t)
+	s := startSluice(t, router.Options{TracerProvider: tp}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/v1/nonexistent/abc123", "/v1/models/" + model} {
+		res, err := http.Get(s.srv.URL + p)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+	}
+	var names []string
+	require.Eventually(t, func() bool {
+		names = names[:0]
+		for _, sp := range rec.Ended() {
+			names = append(names, sp.Name())
+		}
+		return len(names) >= 2
+	}, 5*time.Second, time.Millisecond)
+	assert.ElementsMatch(t, []string{"GET unmatched", "GET /v1/models/*"}, names)
+	http.DefaultClient.CloseIdleConnections()
+}

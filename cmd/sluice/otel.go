@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -74,4 +77,32 @@ func newResource(ctx context.Context) (*resource.Resource, error) {
 		return nil, fmt.Errorf("otel resource: %w", err)
 	}
 	return res, nil
+}
+
+// traceErrors writes the OpenTelemetry SDK's errors (a failed export, an
+// unknown sampler) to the JSON log, at most one line per traceErrorEvery
+// with the count of those left out: the SDK's default printed each as a
+// plain-text line, several a second while a collector was down.
+type traceErrors struct {
+	log     *slog.Logger
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+// traceErrorEvery spaces the log lines of trace export failures.
+const traceErrorEvery = 10 * time.Second
+
+func (e *traceErrors) Handle(err error) {
+	e.mu.Lock()
+	now := time.Now()
+	if now.Sub(e.last) < traceErrorEvery {
+		e.dropped++
+		e.mu.Unlock()
+		return
+	}
+	dropped := e.dropped
+	e.last, e.dropped = now, 0
+	e.mu.Unlock()
+	e.log.Warn("tracing error", "err", err, "errors_since_last_line", dropped)
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -175,4 +177,29 @@ func TestTracingRefusesWhatItCannotExport(t *testing.T) {
 			assert.ErrorContains(t, err, tt.want)
 		})
 	}
+}
+
+// TestTraceErrorsJoinTheJSONLogSpaced: the SDK's errors (a collector
+// down) become JSON log lines, one per traceErrorEvery with the count left
+// out, instead of plain-text lines several a second.
+func TestTraceErrorsJoinTheJSONLogSpaced(t *testing.T) {
+	var out syncBuffer
+	h := &traceErrors{log: slog.New(slog.NewJSONHandler(&out, nil))}
+	for range 5 {
+		h.Handle(errors.New("traces export: connection refused"))
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 1)
+	var first map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &first))
+	assert.Equal(t, "tracing error", first["msg"])
+	assert.Equal(t, "traces export: connection refused", first["err"])
+
+	h.mu.Lock()
+	h.last = h.last.Add(-traceErrorEvery)
+	h.mu.Unlock()
+	h.Handle(errors.New("again"))
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 2)
+	assert.Contains(t, lines[1], `"errors_since_last_line":4`)
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/configs"
@@ -124,6 +126,12 @@ func runServer(ctx context.Context, o serverOptions) error {
 	tp, shutdownTracing, err := setupTracing(ctx)
 	if err != nil {
 		return err
+	}
+	if _, off := tp.(noop.TracerProvider); !off {
+		otel.SetErrorHandler(&traceErrors{log: o.log})
+		o.log.Info("tracing on: spans go out as OTLP over HTTP", "endpoint",
+			cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")),
+			"sampler", cmp.Or(os.Getenv("OTEL_TRACES_SAMPLER"), "parentbased_always_on"))
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -2,7 +2,9 @@ package middleware
 
 import (
 	"net/http"
+	"slices"
 
+	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -14,10 +16,17 @@ import (
 type TracingOptions struct {
 	Provider   trace.TracerProvider
 	Propagator propagation.TextMapPropagator
+	// Untraced are paths served without a span (health checks and metric
+	// scrapes: a scrape every few seconds per replica would fill the trace
+	// store with nothing).
+	Untraced []string
 }
 
 // Tracing starts a server span per request, continuing a trace the client
-// propagated, and records the request ID on it. With the no-op provider
+// propagated, and records the request ID on it. The span is named after
+// the method and the route pattern chi matched ("POST
+// /v1/chat/completions", "GET /v1/files/*"), or "unmatched": never the
+// client's raw path, which would make span names unbounded. With the no-op provider
 // (tracing off) a request that carries no trace context passes straight
 // through, as its span would be nothing; one that carries it still has it
 // taken up, so that it reaches the backends.
@@ -36,12 +45,12 @@ func Tracing(opts TracingOptions) func(http.Handler) http.Handler {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if off && !carries(r.Header, fields) {
+			if slices.Contains(opts.Untraced, r.URL.Path) || off && !carries(r.Header, fields) {
 				next.ServeHTTP(w, r)
 				return
 			}
 			ctx := opts.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := tracer.Start(ctx, r.Method+" "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer))
+			ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
 			defer span.End()
 			if !span.IsRecording() {
 				next.ServeHTTP(w, r.WithContext(ctx))
@@ -49,6 +58,11 @@ func Tracing(opts TracingOptions) func(http.Handler) http.Handler {
 			}
 			span.SetAttributes(attribute.String("sluice.request_id", RequestIDFrom(ctx)))
 			next.ServeHTTP(w, r.WithContext(ctx))
+			route := "unmatched"
+			if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+				route = rc.RoutePattern()
+			}
+			span.SetName(r.Method + " " + route)
 		})
 	}
 }
