@@ -234,6 +234,10 @@ type Admission struct {
 	// measured prefill rate. Default 50ms; a negative duration turns it
 	// off.
 	BatchPrefill Duration `yaml:"batch_prefill"`
+	// BatchReserve is the share of each backend's budget that Batch API
+	// lines leave to other requests, rounded up to whole requests (a line
+	// may always take one slot). Default 0.125; negative turns it off.
+	BatchReserve float64 `yaml:"batch_reserve"`
 	// Replicas is how many Sluice replicas share the budgets through
 	// limits.redis_url. While Redis fails, each replica admits up to
 	// budget / replicas on its own. Default 1.

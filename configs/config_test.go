@@ -36,6 +36,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 	assert.Equal(t, 100*time.Millisecond, c.Scrape.Interval.Std())
 	assert.Equal(t, 80*time.Millisecond, c.Scrape.Timeout.Std())
 	assert.Equal(t, "/metrics", c.Scrape.Path)
+	assert.Equal(t, DefaultBatchReserve, c.Models[0].Admission.BatchReserve)
 }
 
 func TestScrapeTimeoutFollowsTheInterval(t *testing.T) {
@@ -88,6 +89,7 @@ func TestParseRejects(t *testing.T) {
 		{"negative scrape timeout", "scrape:\n  timeout: -1s\n" + minimal, []string{"scrape.timeout"}},
 		{"relative scrape path", "scrape:\n  path: metrics\n" + minimal, []string{"scrape.path: want an absolute path"}},
 		{"unknown scrape field", "scrape:\n  every: 1s\n" + minimal, []string{"field every not found"}},
+		{"batch reserve the whole budget", "models:\n  - name: m\n    admission:\n      batch_reserve: 1\n    backends:\n      - url: http://a:1\n", []string{"models[0].admission.batch_reserve: must be below 1"}},
 		{"bad session header", "session_header: \"X Session\"\n" + minimal, []string{"session_header: want an HTTP header name"}},
 		{"negative model timeouts", "models:\n  - name: m\n    timeouts: {first_byte: -1s, total: -2s}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].timeouts.first_byte: must not be negative", "models[0].timeouts.total: must not be negative"}},

@@ -19,6 +19,8 @@ const (
 	// DefaultBatchPrefill is admission.batch_prefill's default, as
 	// admission.DefaultBatchPrefill.
 	DefaultBatchPrefill = 50 * time.Millisecond
+	// DefaultBatchReserve is admission.batch_reserve's default.
+	DefaultBatchReserve = 0.125
 	// MinScrapeInterval is the shortest scrape interval allowed.
 	MinScrapeInterval = 10 * time.Millisecond
 	DefaultMaxTokens  = 1024
@@ -60,6 +62,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if a.BatchPrefill == 0 {
 			a.BatchPrefill = Duration(DefaultBatchPrefill)
+		}
+		if a.BatchReserve == 0 {
+			a.BatchReserve = DefaultBatchReserve
 		}
 		if a.MaxWait == nil {
 			a.MaxWait = map[string]Duration{}

@@ -137,6 +137,9 @@ func (c *Config) Validate() error {
 		if a.MaxInFlightPerBackend < 0 {
 			bad(p+".max_in_flight_per_backend", "must not be negative (0 is off), got %d", a.MaxInFlightPerBackend)
 		}
+		if a.BatchReserve >= 1 {
+			bad(p+".batch_reserve", "must be below 1 (a share of the budget; negative = off), got %g", a.BatchReserve)
+		}
 		if a.KVMax <= 0 || a.KVMax > 1 {
 			bad(p+".kv_max", "must be in (0, 1], got %g", a.KVMax)
 		}

@@ -151,6 +151,7 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		KVMax:     m.Admission.KVMax,
 		// Negative turns it off in both; zero cannot reach here (defaulted).
 		BatchPrefill:      m.Admission.BatchPrefill.Std(),
+		BatchReserve:      m.Admission.BatchReserve,
 		MaxPendingPrefill: m.Admission.MaxPendingPrefill.Std(),
 		PendingUntilStep:  m.Admission.PendingUntilStep,
 	}
