@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build run test test-short lint fmt bench bench-batch bench-classes-live bench-faults bench-limits bench-memory bench-overhead bench-policies bench-policies-live validate fidelity fuzz deploy-check clean
+.PHONY: all build run test test-short lint fmt bench bench-batch bench-batch-reserve bench-classes-live bench-faults bench-limits bench-memory bench-overhead bench-policies bench-policies-live validate fidelity fuzz deploy-check clean
 
 all: build
 
@@ -56,6 +56,10 @@ bench-limits: build
 ## bench-batch: what a Batch API batch costs interactive traffic live: alone, with the batch as flex, the same requests as default traffic (~8 minutes per run)
 bench-batch: build
 	./deploy/bench-batch.sh
+
+## bench-batch-reserve: priority's time to first token beside a running batch, and the batch's time alone, per admission.batch_reserve (~5 minutes)
+bench-batch-reserve: build
+	./deploy/batch-reserve.sh
 
 ## bench-classes-live: 30% priority + 70% flex live, at light load and overload, with and without admission (~5 minutes)
 bench-classes-live: build

@@ -59,6 +59,9 @@ ALONE_CONCURRENCY=${ALONE_CONCURRENCY:-512}
 # The bound is wall time, the workers run SPEEDUP times faster: Sluice's
 # default 50ms in simulated time, as simulate --admission runs it.
 BATCH_PREFILL=${BATCH_PREFILL-$(awk -v s="$SPEEDUP" 'BEGIN { printf "%gms", 50 / s }')}
+# admission.batch_reserve in the batch run (empty: Sluice's default, 0.125;
+# -1 turns it off, as before 2026-12-02); the batch-alone run has none.
+BATCH_RESERVE=${BATCH_RESERVE-}
 RUNS=${RUNS:-batch-alone alone batch ordinary}
 TRACE=${TRACE:-../shared/workloads/azure_llm_2023_code.csv}
 BASE_PORT=${BASE_PORT:-19800}
@@ -106,7 +109,7 @@ BATCH_KEY=sk-bench-batch-$$
 "$BIN/sluice-bench" batch-file --trace "$TRACE" --lines "$N" --seed 7 --model "$MODEL" \
 	--out "$tmp/batch.jsonl" --csv "$tmp/batch.csv"
 
-config() { # data dir, batch_prefill (empty: Sluice's default), batch.concurrency
+config() { # data dir, batch_prefill (empty: Sluice's default), batch.concurrency, batch_reserve (empty: the default)
 	cat <<EOF
 listen: 127.0.0.1:$PORT
 log:
@@ -134,6 +137,7 @@ models:
       max_in_flight_per_backend: $H100_BUDGET
       max_pending_prompt_tokens: $PENDING
 $([ -n "$2" ] && echo "      batch_prefill: $2")
+$([ -n "$4" ] && echo "      batch_reserve: $4")
     backends:
 EOF
 	local port=$BASE_PORT
@@ -162,9 +166,9 @@ start() { # run name: fresh workers and a fresh Sluice
 	# The batch alone measures the fleet's whole throughput for it: no
 	# batch bound there and ALONE_CONCURRENCY lines at once (simulate
 	# --batch's reference run sends them all).
-	local bp=$BATCH_PREFILL conc=$CONCURRENCY
-	[ "$1" = batch-alone ] && bp=-1ms conc=$ALONE_CONCURRENCY
-	config "$tmp/$1-data" "$bp" "$conc" >"$tmp/$1.yaml"
+	local bp=$BATCH_PREFILL conc=$CONCURRENCY reserve=$BATCH_RESERVE
+	[ "$1" = batch-alone ] && bp=-1ms conc=$ALONE_CONCURRENCY reserve=-1
+	config "$tmp/$1-data" "$bp" "$conc" "$reserve" >"$tmp/$1.yaml"
 	"$BIN/sluice" serve --config "$tmp/$1.yaml" --watch 0 2>"$tmp/$1-sluice.log" & pids+=($!)
 	wait_for "$URL/readyz"
 	# Sluice's metrics once a second, each line stamped with the wall clock.
@@ -259,7 +263,7 @@ for r in $RUNS; do
 done
 
 echo "fleet $FLEET at speedup $SPEEDUP (figures in simulated time); admission budgets h100 $H100_BUDGET, l4 $L4_BUDGET;" \
-	"batch.concurrency $CONCURRENCY (batch-alone $ALONE_CONCURRENCY); max_pending_prompt_tokens $PENDING; batch_prefill ${BATCH_PREFILL:-default}"
+	"batch.concurrency $CONCURRENCY (batch-alone $ALONE_CONCURRENCY); max_pending_prompt_tokens $PENDING; batch_prefill ${BATCH_PREFILL:-default}; batch_reserve ${BATCH_RESERVE:-default}"
 echo "interactive: $(basename "$TRACE") at --load $LOAD for ${DURATION}s, streamed; batch: $N chat requests drawn from the trace"
 echo
 python3 - "$tmp" "$SPEEDUP" "$RUNS" <<'PY'

@@ -15,7 +15,7 @@ import (
 type fleetCollector struct {
 	rt *Router
 
-	inFlight, available, waiting, running, kv, decode, prefill, pending, breaker, queued, behind *prometheus.Desc
+	inFlight, available, waiting, running, kv, decode, prefill, pending, breaker, breakerOpen, queued, behind *prometheus.Desc
 }
 
 // Compile-time check.
@@ -44,6 +44,8 @@ func newFleetCollector(rt *Router) *fleetCollector {
 		breaker: prometheus.NewDesc("sluice_backend_breaker_state",
 			"The backend's circuit breaker state: 1 for the state it is in (closed, half-open, open), 0 for the others; absent without breakers.",
 			[]string{"model", "backend", "state"}, nil),
+		breakerOpen: prometheus.NewDesc("sluice_breaker_open",
+			"1 while a backend's circuit breaker is open (the backend is out of routing), else 0; absent without breakers.", []string{"backend"}, nil),
 		queued: prometheus.NewDesc("sluice_admission_queued_requests",
 			"Requests waiting in the model's admission queue, by service class (models with admission only).", []string{"model", "class"}, nil),
 		behind: prometheus.NewDesc("sluice_admission_held_behind_total",
@@ -53,7 +55,7 @@ func newFleetCollector(rt *Router) *fleetCollector {
 
 // Describe sends the collector's descriptors.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inFlight, c.available, c.waiting, c.running, c.kv, c.decode, c.prefill, c.pending, c.breaker, c.queued, c.behind} {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.available, c.waiting, c.running, c.kv, c.decode, c.prefill, c.pending, c.breaker, c.breakerOpen, c.queued, c.behind} {
 		ch <- d
 	}
 }
@@ -73,6 +75,13 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 				seen[addr] = true
 				ch <- prometheus.MustNewConstMetric(c.inFlight, gauge, float64(e.InFlight()), addr)
 				ch <- prometheus.MustNewConstMetric(c.pending, gauge, float64(e.PendingPromptTokens()), addr)
+				if b := e.Breaker(); b != nil {
+					open := 0.0
+					if b.State() == "open" {
+						open = 1
+					}
+					ch <- prometheus.MustNewConstMetric(c.breakerOpen, gauge, open, addr)
+				}
 			}
 			up := 0.0
 			if e.Available(now) {

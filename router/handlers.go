@@ -624,6 +624,16 @@ func (rt *Router) finish(w http.ResponseWriter, r *http.Request, rec *requestRec
 		}
 	case rec.out.Status != 0:
 		code = rec.out.Status
+		switch {
+		case code >= 400:
+			// The backend's error, relayed: its class names it in the log
+			// (the line had no error for a relayed 500).
+			errCode = rec.out.Class.String()
+		case rec.out.Class == backends.ClassFailed:
+			// The answer broke off after it started: the client got a 200
+			// and then an error event, which the line must not hide.
+			errCode = "upstream_error"
+		}
 	}
 	elapsed := rt.now().Sub(rec.start)
 	rt.metrics.observe(route, code, elapsed, rec)

@@ -105,7 +105,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"model"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total",
-			Help: "Attempts sent to backends, by backend and outcome: ok, upstream_4xx, upstream_5xx, unreachable, timeout, failed (the answer broke off after it started), client_gone.",
+			Help: "Attempts sent to backends, by backend and outcome: ok, upstream_4xx, upstream_5xx, unreachable, timeout, failed (the answer broke off after it started), client_gone, local_error (the attempt could not be made here).",
 		}, []string{"backend", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tenant_tokens_total",
@@ -122,7 +122,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		admissionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_admission_wait_seconds",
 			Help:    "Time admitted requests waited in the router's admission queue, by model and service class.",
-			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600, 1200},
 		}, []string{"model", "class"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_admission_shed_total",

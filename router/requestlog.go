@@ -77,7 +77,10 @@ func (rec *requestRecord) inputTokens() int {
 // with its ID, tenant, model, service class, the backend that answered,
 // the status, the tokens, the time it waited in the admission queue (on a
 // route with admission), the time to first token (streams only) and the
-// latency. errCode is the OpenAI error code answered, "" for none.
+// latency. errCode is the OpenAI error code answered, "" for none; for a
+// backend's error relayed as it came, its outcome ("upstream_5xx",
+// "upstream_4xx"), and for an answer that broke off after its status was
+// sent, "upstream_error" (the code of the error event that ended it).
 // Nothing in it is the client's own text except the request ID, which the
 // RequestID middleware accepts only when it is short printable ASCII.
 func (rt *Router) logRequest(ctx context.Context, route string, status int, errCode string, elapsed time.Duration, rec *requestRecord) {

@@ -159,8 +159,40 @@ func TestRelayedErrorIsRecordedWithItsStatus(t *testing.T) {
 	line := requestLine(t, &logs, "req-400")
 	assert.EqualValues(t, 400, line["status"])
 	assert.Equal(t, backend, line["backend"])
+	assert.Equal(t, "upstream_4xx", line["error"], "a relayed error is a failure in the log")
 	assert.Contains(t, scrape(t, s),
 		`sluice_http_requests_total{class="default",code="400",model="`+model+`",route="/v1/chat/completions",tier="none"} 1`)
+}
+
+// TestBrokenStreamIsLoggedAsAFailure: a stream whose backend breaks off
+// after the first chunk ends for the client with an error event; its log
+// line, status 200 as sent, says so (it read as a success).
+func TestBrokenStreamIsLoggedAsAFailure(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}`+"\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection drops mid-answer
+	}))
+	t.Cleanup(srv.Close)
+	var logs lockedBuffer
+	s := startSluice(t, router.Options{RequestLog: slog.New(slog.NewJSONHandler(&logs, nil))},
+		routeSpec{model: model, urls: []string{srv.URL}})
+	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+model+`","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("X-Request-Id", "req-broken")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, string(body), "upstream_error", "the client's stream ends with an error event")
+
+	line := requestLine(t, &logs, "req-broken")
+	assert.EqualValues(t, 200, line["status"])
+	assert.Equal(t, "upstream_error", line["error"])
 }
 
 // startBackend is a backend that answers every request with status.
@@ -197,6 +229,9 @@ func TestFleetMetricsReadTheTableAtScrapeTime(t *testing.T) {
 		`sluice_backend_decode_tokens_per_second` + mb + ` 99`,
 		`sluice_backend_breaker_state{backend="` + w.srv.URL + `",model="` + model + `",state="closed"} 1`,
 		`sluice_backend_breaker_state{backend="` + w.srv.URL + `",model="` + model + `",state="open"} 0`,
+		// Read from the table as the others (a gauge set on each change
+		// stayed 1 for a backend removed while its breaker was open).
+		`sluice_breaker_open{backend="` + w.srv.URL + `"} 0`,
 		`sluice_admission_queued_requests{class="priority",model="` + model + `"} 0`,
 		`sluice_admission_queued_requests{class="flex",model="` + model + `"} 0`,
 	} {

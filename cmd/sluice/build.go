@@ -247,14 +247,11 @@ func breakerSettings(c configs.Breaker, log *slog.Logger, reg prometheus.Registe
 		Name: "sluice_breaker_transitions_total",
 		Help: "Circuit breaker state changes, by backend and the state entered (open, half-open, closed).",
 	}, []string{"backend", "to"})
-	open := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "sluice_breaker_open",
-		Help: "1 while a backend's circuit breaker is open (the backend is out of routing), else 0.",
-	}, []string{"backend"})
-	for _, col := range []prometheus.Collector{changes, open} {
-		if err := reg.Register(col); err != nil {
-			return backends.BreakerSettings{}, err
-		}
+	// sluice_breaker_open is read from the routing table at scrape time
+	// (router's fleet collector): a gauge set here stayed 1 for a backend
+	// removed while its breaker was open.
+	if err := reg.Register(changes); err != nil {
+		return backends.BreakerSettings{}, err
 	}
 	return backends.BreakerSettings{
 		ConsecutiveFailures: uint32(c.ConsecutiveFailures),
@@ -265,11 +262,6 @@ func breakerSettings(c configs.Breaker, log *slog.Logger, reg prometheus.Registe
 		Probes:              uint32(c.Probes),
 		OnChange: func(addr, from, to string) {
 			changes.WithLabelValues(addr, to).Inc()
-			v := 0.0
-			if to == "open" {
-				v = 1
-			}
-			open.WithLabelValues(addr).Set(v)
 			log.Warn("circuit breaker "+to, "backend", addr, "from", from)
 		},
 	}, nil

@@ -18,7 +18,8 @@ type requestIDKey struct{}
 // RequestID accepts a well-formed X-Request-Id from the client or generates
 // one, stores it in the request context, and returns it in the response
 // header. A client ID is accepted when it is 1 to 128 printable ASCII
-// characters; anything else is replaced.
+// characters; anything else is replaced. Of several X-Request-Id headers
+// the first is used, and only it is forwarded.
 func RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(RequestIDHeader)
@@ -28,6 +29,11 @@ func RequestID(next http.Handler) http.Handler {
 			r.Header[RequestIDHeader] = v[0:1:1]
 			w.Header()[RequestIDHeader] = v[1:2:2]
 		} else {
+			if vs := r.Header[RequestIDHeader]; len(vs) > 1 {
+				// Only the ID used goes on: a backend that reads the last
+				// of several would log another.
+				r.Header[RequestIDHeader] = vs[:1:1]
+			}
 			w.Header()[RequestIDHeader] = []string{id}
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))

@@ -59,3 +59,19 @@ func TestRecovererLetsAbortThrough(t *testing.T) {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	})
 }
+
+// Of several X-Request-Id headers the first is used, and only it is
+// forwarded: a backend reading the last logged another ID.
+func TestRequestIDOfSeveralForwardsTheOneUsed(t *testing.T) {
+	var forwarded []string
+	h := RequestID(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		forwarded = r.Header.Values(RequestIDHeader)
+	}))
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Add(RequestIDHeader, "one")
+	req.Header.Add(RequestIDHeader, "two")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, "one", rec.Header().Get(RequestIDHeader))
+	assert.Equal(t, []string{"one"}, forwarded)
+}
