@@ -245,16 +245,22 @@ func page(r *http.Request, def, maxLimit int) (limit int, after string, err erro
 }
 
 // cut returns the page of items (already in list order) after the one
-// with ID after, at most limit long, and whether more follow.
-func cut[T any](items []T, id func(T) string, after string, limit int) ([]T, bool) {
+// with ID after, at most limit long, and whether more follow. An after
+// that names no listed item (deleted, or another's) is a 400: listing from
+// the start again gave a client that deletes as it pages the same items
+// again, or a loop.
+func cut[T any](items []T, id func(T) string, after, kind string, limit int) ([]T, bool, error) {
 	if after != "" {
 		i := slices.IndexFunc(items, func(t T) bool { return id(t) == after })
-		items = items[i+1:] // an unknown cursor (i = -1) lists from the start
+		if i < 0 {
+			return nil, false, badRequest("after", "invalid_value", "No %s with id %q to list after: it does not exist or was deleted.", kind, echo(after))
+		}
+		items = items[i+1:]
 	}
 	if len(items) > limit {
-		return items[:limit], true
+		return items[:limit], true, nil
 	}
-	return items, false
+	return items, false, nil
 }
 
 func writeList[T any](w http.ResponseWriter, data []T, id func(T) string, more bool) {
@@ -297,7 +303,10 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request, owner Owner,
 	for i, f := range files {
 		objs[i] = toFileObject(f)
 	}
-	data, more := cut(objs, id, after, limit)
+	data, more, err := cut(objs, id, after, "file", limit)
+	if err != nil {
+		return err
+	}
 	writeList(w, data, id, more)
 	return nil
 }
@@ -315,7 +324,10 @@ func (s *Service) listBatches(w http.ResponseWriter, r *http.Request, owner Owne
 	slices.SortFunc(bs, func(a, b BatchMeta) int { // newest first
 		return cmp.Or(cmp.Compare(b.CreatedAt, a.CreatedAt), strings.Compare(b.ID, a.ID))
 	})
-	data, more := cut(bs, func(b BatchMeta) string { return b.ID }, after, limit)
+	data, more, err := cut(bs, func(b BatchMeta) string { return b.ID }, after, "batch", limit)
+	if err != nil {
+		return err
+	}
 	objs := make([]batchObject, len(data))
 	for i, b := range data {
 		if objs[i], err = s.object(ctx, b); err != nil {

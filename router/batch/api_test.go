@@ -104,6 +104,20 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Data, 1)
 	assert.Equal(t, b.ID, page.Data[0].ID)
+	// Paging goes on after a listed item; after one that is not there
+	// (deleted meanwhile) it is a 400, not the first page again.
+	rest, err := acme.Files.List(ctx, openai.FileListParams{After: openai.String(ids[0])})
+	require.NoError(t, err)
+	assert.Len(t, rest.Data, 2)
+	for _, list := range []func() error{
+		func() error { _, err := acme.Files.List(ctx, openai.FileListParams{After: openai.String("file-gone")}); return err },
+		func() error { _, err := acme.Batches.List(ctx, openai.BatchListParams{After: openai.String("batch_gone")}); return err },
+	} {
+		var apiErr *openai.Error
+		require.ErrorAs(t, list(), &apiErr)
+		assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
+		assert.Equal(t, "after", apiErr.Param)
+	}
 
 	// The input of a batch that ended may go.
 	del, err := acme.Files.Delete(ctx, in.ID)
