@@ -110,8 +110,14 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, rest.Data, 2)
 	for _, list := range []func() error{
-		func() error { _, err := acme.Files.List(ctx, openai.FileListParams{After: openai.String("file-gone")}); return err },
-		func() error { _, err := acme.Batches.List(ctx, openai.BatchListParams{After: openai.String("batch_gone")}); return err },
+		func() error {
+			_, err := acme.Files.List(ctx, openai.FileListParams{After: openai.String("file-gone")})
+			return err
+		},
+		func() error {
+			_, err := acme.Batches.List(ctx, openai.BatchListParams{After: openai.String("batch_gone")})
+			return err
+		},
 	} {
 		var apiErr *openai.Error
 		require.ErrorAs(t, list(), &apiErr)
