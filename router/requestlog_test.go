@@ -309,3 +309,34 @@ func TestRequestLogSaysHowLongARequestQueued(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, requestLine(t, &logs, "req-ungated"), "queued_ms", "no admission on the route")
 }
+
+// TestModelListAndUnservedPathsAreCounted: the model list, a path no route
+// serves and a method a route does not take are counted under fixed route
+// labels (they were not counted at all).
+func TestModelListAndUnservedPathsAreCounted(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/models"}, {http.MethodGet, "/v1/models/" + model}, {http.MethodGet, "/v1/models/nope"},
+		{http.MethodGet, "/v1/nonexistent/abc123"}, {http.MethodDelete, "/v1/chat/completions"},
+	} {
+		req, err := http.NewRequest(c.method, s.srv.URL+c.path, nil)
+		require.NoError(t, err)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	page := scrape(t, s)
+	for _, want := range []string{
+		`sluice_http_requests_total{class="none",code="200",model="none",route="/v1/models",tier="none"} 1`,
+		`sluice_http_requests_total{class="none",code="200",model="none",route="/v1/models/{model}",tier="none"} 1`,
+		`sluice_http_requests_total{class="none",code="404",model="none",route="/v1/models/{model}",tier="none"} 1`,
+		`sluice_http_requests_total{class="none",code="404",model="none",route="unmatched",tier="none"} 1`,
+		`sluice_http_requests_total{class="none",code="405",model="none",route="unmatched",tier="none"} 1`,
+	} {
+		assert.Contains(t, page, want+"\n")
+	}
+	assert.NotContains(t, page, "abc123", "a client's path is never a label")
+	http.DefaultClient.CloseIdleConnections()
+}

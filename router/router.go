@@ -307,20 +307,20 @@ func (rt *Router) Handler() http.Handler {
 	// promises; health checks and load balancers probe with HEAD.
 	r.Use(chimw.GetHead, middleware.RequestID, middleware.Recoverer(rt.log),
 		middleware.Tracing(middleware.TracingOptions{Provider: rt.tracer, Untraced: []string{"/healthz", "/readyz", "/metrics"}}))
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { writeError(w, errNoRoute) })
-	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+	r.NotFound(rt.counted("unmatched", func(w http.ResponseWriter, _ *http.Request) { writeError(w, errNoRoute) }))
+	r.MethodNotAllowed(rt.counted("unmatched", func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Allow", allowed(req.URL.Path))
 		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest,
 			Code: "method_not_allowed", Message: "method not allowed on this route"})
-	})
+	}))
 	r.Get("/healthz", rt.healthz)
 	r.Get("/readyz", rt.readyz)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(rt.registry, promhttp.HandlerOpts{}))
 	// The /v1 routes sit on the top router rather than a mounted
 	// subrouter: a mount's wildcard path value costs every request four
 	// allocations (set by chi, then cloned into the upstream request).
-	r.Get("/v1/models", rt.listModels)
-	r.Get("/v1/models/*", rt.getModel) // model names may hold slashes (meta-llama/Meta-Llama-3-8B-Instruct)
+	r.Get("/v1/models", rt.counted("/v1/models", rt.listModels))
+	r.Get("/v1/models/*", rt.counted("/v1/models/{model}", rt.getModel)) // model names may hold slashes (meta-llama/Meta-Llama-3-8B-Instruct)
 	r.Post("/v1/chat/completions", rt.inference)
 	r.Post("/v1/completions", rt.inference)
 	r.Post("/v1/embeddings", rt.inference)
@@ -330,6 +330,20 @@ func (rt *Router) Handler() http.Handler {
 		}
 	}
 	return r
+}
+
+// counted serves h and counts each request in the request metrics under
+// route, a fixed label (a client's path never is one), with model and
+// class "none": the model list, a path no route serves, a method a route
+// does not take (a client with a wrong base URL, or guessing keys at
+// /v1/models, was invisible in the metrics).
+func (rt *Router) counted(route string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rec := requestRecord{start: rt.now()}
+		sw := &statusWriter{ResponseWriter: w}
+		h(sw, r)
+		rt.metrics.observe(route, cmp.Or(sw.status, http.StatusOK), rt.now().Sub(rec.start), &rec)
+	}
 }
 
 // batchAPI serves the Files and Batch APIs (rt.batch) to a request with a
