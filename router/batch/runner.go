@@ -307,6 +307,11 @@ func (r *Runner) overCap(b BatchMeta, tokens int64) []LineError {
 	if queued+tokens <= limit {
 		return nil
 	}
+	if tokens > limit { // no wait helps: split the file
+		return []LineError{{Code: "token_limit_exceeded", Message: fmt.Sprintf(
+			"Enqueued token limit reached for tier %s: this batch alone needs about %d tokens, over the limit of %d. Split it into smaller batches.",
+			b.Tier, tokens, limit)}}
+	}
 	return []LineError{{Code: "token_limit_exceeded", Message: fmt.Sprintf(
 		"Enqueued token limit reached for tier %s: this batch needs about %d tokens and %d are queued in other batches; the limit is %d. Try again once they have finished.",
 		b.Tier, tokens, queued, limit)}}

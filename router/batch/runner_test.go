@@ -169,6 +169,7 @@ func TestQueuedTokenCap(t *testing.T) {
 	require.Len(t, big.Errors.Data, 1)
 	assert.Equal(t, "token_limit_exceeded", big.Errors.Data[0].Code)
 	assert.Contains(t, big.Errors.Data[0].Message, "tier pro")
+	assert.Contains(t, big.Errors.Data[0].Message, "Split it", "alone over the cap: no wait helps")
 
 	in := upload(t, acme, chatLines(5, model, 60))
 	first := create(t, acme, in.ID, openai.BatchNewParamsEndpointV1ChatCompletions)
