@@ -651,16 +651,9 @@ func TestGatePendingUntilStepFreesTheBoundAtTheNextStep(t *testing.T) {
 // requests: with a budget of 4 and a reserve of 0.25 three lines run, the
 // fourth waits, and an interactive request binds at once.
 func TestBatchLinesLeaveTheReserveToOthers(t *testing.T) {
-	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
-	require.NoError(t, err)
-	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-	require.NoError(t, err)
-	rr, err := roundrobin.New(nil)
-	require.NoError(t, err)
-	g, err := admission.NewGate(pool, rr, admission.Options{
+	g, _ := oneEndpointGate(t, admission.Options{
 		Budget: func(*backends.Endpoint) int { return 4 }, KVMax: -1, BatchPrefill: -1, BatchReserve: 0.25,
 	})
-	require.NoError(t, err)
 	ctx := context.Background()
 	line := func() admission.Request {
 		r := req(admission.Flex, "batch")
