@@ -185,6 +185,7 @@ type target struct {
 	// after the other; zero while they do not.
 	timingOut time.Time
 	hung      bool // held out as hung (logged once)
+	refused   bool // held out as refusing connections (logged once)
 
 	// Kept from one scrape to the next, so that a scrape reuses its
 	// buffers instead of allocating a page's worth every interval.
@@ -313,6 +314,16 @@ func (s *Scraper) scrapeOne(ctx context.Context, t *target) {
 			// down, so it leaves routing (and /readyz counts it out) until
 			// a scrape reaches it again, before a request has to fail on it.
 			t.ep.HoldOut(s.now(), 2*s.interval+time.Second)
+			if !t.refused && t.failing {
+				// Its scrapes were failing already (no engine metrics, say):
+				// the line below is not written again, and a backend that
+				// went down left no trace in the log.
+				s.log.Warn("backend refuses connections: held out of routing until a scrape reaches it",
+					"backend", t.ep.Address(), "err", err)
+			}
+			t.refused = true
+		} else {
+			t.refused = false
 		}
 		s.checkHung(t, err)
 		if !t.failing {
@@ -323,7 +334,7 @@ func (s *Scraper) scrapeOne(ctx context.Context, t *target) {
 		return
 	}
 	t.ep.StoreLoad(l)
-	t.timingOut = time.Time{}
+	t.timingOut, t.refused = time.Time{}, false
 	if t.hung {
 		t.hung = false
 		s.log.Info("backend answers again; back in routing", "backend", t.ep.Address())

@@ -378,3 +378,36 @@ func TestSlowScrapesOfAWorkerThatAnswersKeepItInRouting(t *testing.T) {
 		"ten scrapes time out: past HungAfter")
 	assert.True(t, e.Available(time.Now()), "a worker that answers requests stays in routing")
 }
+
+// logBuffer is a bytes.Buffer safe for the scraper's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// TestABackendWithoutMetricsThatGoesDownIsLogged: a backend whose scrapes
+// fail all along (it serves no engine metrics) and then refuses
+// connections is logged as such once: its going down left no line, the
+// failing scrapes having been logged already.
+func TestABackendWithoutMetricsThatGoesDownIsLogged(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	e := endpoint(t, srv.URL)
+	var logs logBuffer
+	startScraper(t, loadscrape.Options{Interval: 20 * time.Millisecond, Timeout: 15 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, e)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "scraping backend load failed") },
+		5*time.Second, 5*time.Millisecond)
+	srv.Close()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "backend refuses connections") },
+		5*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // more refused scrapes: no more lines
+	assert.Equal(t, 1, strings.Count(logs.String(), "backend refuses connections"))
+}
