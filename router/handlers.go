@@ -638,6 +638,7 @@ func (rt *Router) finish(w http.ResponseWriter, r *http.Request, rec *requestRec
 	elapsed := rt.now().Sub(rec.start)
 	rt.metrics.observe(route, code, elapsed, rec)
 	rt.logRequest(r.Context(), route, code, errCode, elapsed, rec)
+	traceUsage(r.Context(), rec)
 }
 
 type modelObject struct {

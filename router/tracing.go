@@ -114,6 +114,21 @@ func traceAnswer(span trace.Span, out *backends.Outcome) {
 	}
 }
 
+// traceUsage records on the request's span the tokens its log line
+// counts, whatever the answer's end: a stream its client left (499) or
+// broken off had none, and a stream without usage from the backend no
+// input count.
+func traceUsage(ctx context.Context, rec *requestRecord) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() || rec.out.Status/100 != 2 {
+		return
+	}
+	span.SetAttributes(semconv.GenAIUsageOutputTokens(rec.out.CompletionTokens))
+	if n := rec.inputTokens(); n > 0 {
+		span.SetAttributes(semconv.GenAIUsageInputTokens(n))
+	}
+}
+
 // traceFailure records, on the request's span, the status of the error
 // answered instead of a backend's answer.
 func traceFailure(ctx context.Context, err error) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -341,4 +342,29 @@ func TestSpanNamesAreRoutesAndProbesAreUntraced(t *testing.T) {
 	}, 5*time.Second, time.Millisecond)
 	assert.ElementsMatch(t, []string{"GET unmatched", "GET /v1/models/*"}, names)
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestSpanOfAStreamItsClientLeftHasItsUsage: a stream whose client leaves
+// after the first chunk (499 in the log) carries the tokens relayed and
+// the prompt's on its span, as its log line does (the span had none).
+func TestSpanOfAStreamItsClientLeftHasItsUsage(t *testing.T) {
+	rec, tp := recorded(t)
+	w := startWorker(t, model, "h100-llama3-8b", 1) // real time: the stream outlasts the client
+	s := startSluice(t, router.Options{TracerProvider: tp}, routeSpec{model: model, urls: []string{w.srv.URL}})
+	ctx, cancel := context.WithCancel(context.Background())
+	c := s.client(t)
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(2000)
+	stream := c.Chat.Completions.NewStreaming(ctx, p)
+	for stream.Next() { // up to the first token (the first chunk may carry the role only)
+		if ch := stream.Current(); len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+			break
+		}
+	}
+	cancel()
+	_ = stream.Close()
+	tr := traces(t, rec, 1)[0]
+	ra := attrs(tr[requestSpan][0])
+	assert.Positive(t, ra["gen_ai.usage.output_tokens"].AsInt64())
+	assert.Positive(t, ra["gen_ai.usage.input_tokens"].AsInt64(), "the prompt's estimate, as the log line counts it")
 }
