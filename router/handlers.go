@@ -81,8 +81,12 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		defer cancel()
 		r = r.WithContext(ctx)
 		defer func() {
-			if err != nil && errors.Is(context.Cause(ctx), proxy.ErrTotalTimeout) {
-				err = errTotalTimeout
+			if errors.Is(context.Cause(ctx), proxy.ErrTotalTimeout) {
+				if err != nil {
+					err = errTotalTimeout
+				} else {
+					rec.timedOut = true // cut mid-answer: the error event said so
+				}
 			}
 		}()
 	}
@@ -624,15 +628,19 @@ func (rt *Router) finish(w http.ResponseWriter, r *http.Request, rec *requestRec
 		}
 	case rec.out.Status != 0:
 		code = rec.out.Status
+		// An answer cut after its status was sent: the client got a 200
+		// and then an error event, whose code the line must not hide.
 		switch {
 		case code >= 400:
 			// The backend's error, relayed: its class names it in the log
 			// (the line had no error for a relayed 500).
 			errCode = rec.out.Class.String()
+		case rec.timedOut:
+			errCode = "request_timeout"
 		case rec.out.Class == backends.ClassFailed:
-			// The answer broke off after it started: the client got a 200
-			// and then an error event, which the line must not hide.
 			errCode = "upstream_error"
+		case rec.out.Class == backends.ClassTimeout:
+			errCode = "upstream_timeout"
 		}
 	}
 	elapsed := rt.now().Sub(rec.start)

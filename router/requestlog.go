@@ -37,6 +37,9 @@ type requestRecord struct {
 	gated  bool
 	// out is the last attempt's outcome.
 	out backends.Outcome
+	// timedOut: the request's total timeout ended its answer after the
+	// status was sent (the stream's error event said request_timeout).
+	timedOut bool
 	// returned is set once the pipeline returned; a handler that ends
 	// without it panicked (a whole answer cut short).
 	returned bool

@@ -164,35 +164,52 @@ func TestRelayedErrorIsRecordedWithItsStatus(t *testing.T) {
 		`sluice_http_requests_total{class="default",code="400",model="`+model+`",route="/v1/chat/completions",tier="none"} 1`)
 }
 
-// TestBrokenStreamIsLoggedAsAFailure: a stream whose backend breaks off
-// after the first chunk ends for the client with an error event; its log
-// line, status 200 as sent, says so (it read as a success).
-func TestBrokenStreamIsLoggedAsAFailure(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}`+"\n\n")
-		w.(http.Flusher).Flush()
-		panic(http.ErrAbortHandler) // the connection drops mid-answer
-	}))
-	t.Cleanup(srv.Close)
-	var logs lockedBuffer
-	s := startSluice(t, router.Options{RequestLog: slog.New(slog.NewJSONHandler(&logs, nil))},
-		routeSpec{model: model, urls: []string{srv.URL}})
-	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions",
-		strings.NewReader(`{"model":"`+model+`","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
-	require.NoError(t, err)
-	req.Header.Set("X-Request-Id", "req-broken")
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	require.Equal(t, http.StatusOK, res.StatusCode)
-	assert.Contains(t, string(body), "upstream_error", "the client's stream ends with an error event")
+// TestCutStreamsAreLoggedAsFailures: a stream cut after its first chunk
+// ends for the client with an error event; its log line, status 200 as
+// sent, carries that event's code: the backend broke off
+// (upstream_error), went silent past stream_idle_timeout
+// (upstream_timeout), or the route's total timeout ran out
+// (request_timeout). Each read as a success.
+func TestCutStreamsAreLoggedAsFailures(t *testing.T) {
+	const chunk = `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n"
+	for _, c := range []struct {
+		name, code string
+		after      func(r *http.Request) // what the backend does after its first chunk
+		opts       router.Options
+		total      time.Duration
+	}{
+		{"broken", "upstream_error", func(*http.Request) { panic(http.ErrAbortHandler) }, router.Options{}, 0},
+		{"silent", "upstream_timeout", func(r *http.Request) { <-r.Context().Done() }, router.Options{StreamIdleTimeout: 100 * time.Millisecond}, 0},
+		{"too long", "request_timeout", func(r *http.Request) { <-r.Context().Done() }, router.Options{}, 200 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, chunk)
+				w.(http.Flusher).Flush()
+				c.after(r)
+			}))
+			t.Cleanup(srv.Close)
+			var logs lockedBuffer
+			c.opts.RequestLog = slog.New(slog.NewJSONHandler(&logs, nil))
+			s := startSluice(t, c.opts, routeSpec{model: model, urls: []string{srv.URL}, total: c.total})
+			req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions",
+				strings.NewReader(`{"model":"`+model+`","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+			require.NoError(t, err)
+			req.Header.Set("X-Request-Id", "req-cut")
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			require.Equal(t, http.StatusOK, res.StatusCode)
+			assert.Contains(t, string(body), `"code":"`+c.code+`"`, "the client's stream ends with an error event")
 
-	line := requestLine(t, &logs, "req-broken")
-	assert.EqualValues(t, 200, line["status"])
-	assert.Equal(t, "upstream_error", line["error"])
+			line := requestLine(t, &logs, "req-cut")
+			assert.EqualValues(t, 200, line["status"])
+			assert.Equal(t, c.code, line["error"])
+		})
+	}
 }
 
 // startBackend is a backend that answers every request with status.
