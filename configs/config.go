@@ -236,7 +236,7 @@ type Admission struct {
 	BatchPrefill Duration `yaml:"batch_prefill"`
 	// BatchReserve is the share of each backend's budget that Batch API
 	// lines leave to other requests, rounded up to whole requests (a line
-	// may always take one slot). Default 0.125; negative turns it off.
+	// may always take one slot). Default (and 0) 0.125; negative turns it off.
 	BatchReserve float64 `yaml:"batch_reserve"`
 	// Replicas is how many Sluice replicas share the budgets through
 	// limits.redis_url. While Redis fails, each replica admits up to

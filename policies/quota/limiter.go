@@ -156,6 +156,13 @@ type Limiter struct {
 	// held holds the reservations with a concurrency lease not yet
 	// settled (*Reservation -> struct{}), which Run renews.
 	held sync.Map
+	// orphans are the leases of Reserves that failed (a timeout, say)
+	// after the store may have run them: a Redis that stalls runs the
+	// queued script when it resumes, and the lease held the tenant's
+	// concurrency slot for lease_ttl with no request behind it. Run
+	// releases them once the store answers again. Bounded by maxOrphans.
+	omu     sync.Mutex
+	orphans []SettleItem
 
 	decisions   *prometheus.CounterVec // result, dimension
 	storeErrors *prometheus.CounterVec // op
@@ -270,6 +277,16 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 		}
 		l.failed("reserve", err)
 		l.probeAt.Store(now.Add(probeEvery).UnixNano())
+		if lim.Concurrency > 0 {
+			// Reserved and used alike: released, the counters unmoved (the
+			// request runs uncharged, or charged if the store ran it).
+			l.omu.Lock()
+			if len(l.orphans) < maxOrphans {
+				l.orphans = append(l.orphans, SettleItem{Key: key, Limits: lim, Now: now,
+					Settlement: Settlement{Reserved: amt, Used: amt, LeaseID: lease, ReservedAt: now}})
+			}
+			l.omu.Unlock()
+		}
 		l.usageOf(key).reserved(now, !l.o.FailClosed, Decision{}, false)
 		return l.unavailable(key, lim, amt, now)
 	}
@@ -438,6 +455,9 @@ func (l *Limiter) Run(ctx context.Context) error {
 				l.ping()
 				lastPing = now
 			}
+			if !l.degraded.Load() {
+				l.releaseOrphans()
+			}
 		case <-ctx.Done():
 			l.mu.Lock()
 			l.stopped = true
@@ -456,6 +476,40 @@ func (l *Limiter) Run(ctx context.Context) error {
 				}
 			}
 		}
+	}
+}
+
+// maxOrphans bounds the leases of failed Reserves kept for release;
+// beyond it their TTL frees them.
+const maxOrphans = 1024
+
+// releaseOrphans releases the leases of failed Reserves, in one call; on
+// failure they are kept for the next try.
+func (l *Limiter) releaseOrphans() {
+	l.omu.Lock()
+	items := l.orphans
+	l.orphans = nil
+	l.omu.Unlock()
+	if len(items) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout*time.Duration(1+len(items)/16))
+	defer cancel()
+	var err error
+	if l.batch != nil {
+		err = l.batch.SettleBatch(ctx, items)
+	} else {
+		for _, it := range items {
+			if e := l.o.Store.Settle(ctx, it.Key, it.Limits, it.Settlement, it.Now); e != nil {
+				err = e
+			}
+		}
+	}
+	if err != nil {
+		l.failed("settle", err)
+		l.omu.Lock()
+		l.orphans = append(items[:min(len(items), maxOrphans-len(l.orphans))], l.orphans...)
+		l.omu.Unlock()
 	}
 }
 

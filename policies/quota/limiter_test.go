@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -281,4 +282,53 @@ func TestRunRenewsTheLeasesOfRequestsThatRun(t *testing.T) {
 	next, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
 	require.NoError(t, err, "the settled lease left its slot")
 	l.Settle(next, quota.Amount{Requests: 1})
+}
+
+// late is a Store whose Reserves run but answer too late (a Redis that
+// stalled runs the queued script when it resumes), while lateOn is set;
+// it answers pings.
+type late struct {
+	quota.Store
+	lateOn atomic.Bool
+}
+
+func (s *late) Reserve(ctx context.Context, key string, lim quota.Limits, amt quota.Amount, l quota.Lease, now time.Time) (quota.Decision, error) {
+	d, err := s.Store.Reserve(ctx, key, lim, amt, l, now)
+	if s.lateOn.Load() {
+		return quota.Decision{}, context.DeadlineExceeded
+	}
+	return d, err
+}
+
+func (s *late) Ping(context.Context) error { return nil }
+
+// TestAFailedReservesLeaseIsReleasedOnceTheStoreAnswers: a Reserve that
+// timed out (the request passed uncharged) but that the store ran all the
+// same leaves a lease; Run releases it once the store answers again,
+// rather than leaving the tenant's one slot taken for the lease TTL with
+// nothing running (seen live: 429s for 30 s after Redis resumed).
+func TestAFailedReservesLeaseIsReleasedOnceTheStoreAnswers(t *testing.T) {
+	st := &late{Store: memstore.New()}
+	l, err := quota.NewLimiter(quota.LimiterOptions{Store: st, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	lim := quota.Limits{Concurrency: 1}
+	st.lateOn.Store(true)
+	r, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
+	require.NoError(t, err, "failing open")
+	l.Settle(r, quota.Amount{Requests: 1}) // uncharged: nothing to settle
+	st.lateOn.Store(false)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	require.Eventually(t, l.Healthy, 5*time.Second, 5*time.Millisecond, "Run's ping finds the store back")
+	assert.Eventually(t, func() bool {
+		r, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
+		if err != nil {
+			return false
+		}
+		l.Settle(r, quota.Amount{Requests: 1})
+		return r.Decision.Allowed // charged: not failed open
+	}, 5*time.Second, 20*time.Millisecond, "the late lease is released, not held for the TTL")
 }
