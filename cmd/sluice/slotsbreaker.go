@@ -15,12 +15,13 @@ import (
 // without waiting. A gate binds under its lock, so before this (2026-12-02)
 // a Redis that hung (SIGSTOP, a stalled failover) held every dispatch for
 // the call's 50 ms timeout, per candidate backend, for the whole outage,
-// where the limit store answered at once. Release always goes to the
-// store: the store must forget a lease it renews, and a release's failure
-// leaves the lease to its TTL.
+// where the limit store answered at once. A release while the breaker is
+// open fails at once too, after forget tells the store to renew the lease
+// no more (the gate releases it again once the store answers).
 type breakerSlots struct {
-	next admission.Slots
-	cb   *gobreaker.CircuitBreaker[admission.Grant]
+	next   admission.Slots
+	forget func(lease string)
+	cb     *gobreaker.CircuitBreaker[admission.Grant]
 }
 
 // breakerProbe is how often a failing store is asked again.
@@ -28,8 +29,8 @@ const breakerProbe = 250 * time.Millisecond
 
 var _ admission.Slots = (*breakerSlots)(nil)
 
-func newBreakerSlots(next admission.Slots) *breakerSlots {
-	return &breakerSlots{next: next, cb: gobreaker.NewCircuitBreaker[admission.Grant](gobreaker.Settings{
+func newBreakerSlots(next admission.Slots, forget func(lease string)) *breakerSlots {
+	return &breakerSlots{next: next, forget: forget, cb: gobreaker.NewCircuitBreaker[admission.Grant](gobreaker.Settings{
 		Name:        "admission store",
 		MaxRequests: 1,
 		Timeout:     breakerProbe,
@@ -48,6 +49,10 @@ func (s *breakerSlots) Acquire(ctx context.Context, l admission.Lease) (admissio
 }
 
 func (s *breakerSlots) Release(ctx context.Context, pool, backend, lease string) error {
+	if s.cb.State() == gobreaker.StateOpen {
+		s.forget(lease)
+		return gobreaker.ErrOpenState
+	}
 	return s.next.Release(ctx, pool, backend, lease)
 }
 

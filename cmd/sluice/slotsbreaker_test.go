@@ -33,8 +33,9 @@ func (c *countedSlots) Release(ctx context.Context, pool, backend, lease string)
 // TestAHungAdmissionStoreIsAskedOncePerProbe: with the shared store's
 // Redis stopped (SIGSTOP: it accepts and never answers), the first
 // Acquire waits its timeout and the next ones fail at once instead of each
-// waiting 50 ms under the gate's lock; releases still reach the store;
-// once Redis answers, the next probe finds it and calls flow again.
+// waiting 50 ms under the gate's lock; so does a release, whose lease is
+// renewed no more; once Redis answers, the next probe finds it and calls
+// flow again.
 func TestAHungAdmissionStoreIsAskedOncePerProbe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
@@ -46,7 +47,7 @@ func TestAHungAdmissionStoreIsAskedOncePerProbe(t *testing.T) {
 	slots, err := redisslots.New(client, "breaker")
 	require.NoError(t, err)
 	counted := &countedSlots{Slots: slots}
-	s := newBreakerSlots(counted)
+	s := newBreakerSlots(counted, slots.Forget)
 	acquire := func(id string) (admission.Grant, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
@@ -67,13 +68,16 @@ func TestAHungAdmissionStoreIsAskedOncePerProbe(t *testing.T) {
 	// probe every 250 ms could add one on a slow machine).
 	assert.LessOrEqual(t, counted.acquires.Load()-before, int64(2))
 	rctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_ = s.Release(rctx, "m", "b", "a")
+	assert.Error(t, s.Release(rctx, "m", "b", "a"))
 	cancel()
-	assert.EqualValues(t, 1, counted.releases.Load(), "a release is always sent")
+	assert.Zero(t, counted.releases.Load(), "a release fails at once too (the gate sends it again later)")
 
 	require.NoError(t, rs.cmd.Process.Signal(syscall.SIGCONT))
 	require.Eventually(t, func() bool {
 		g, err := acquire("back")
 		return err == nil && g == admission.Granted
 	}, 5*time.Second, 20*time.Millisecond, "calls flow again once Redis answers")
+	n, err := slots.Renew(context.Background(), time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the lease released while Redis hung is renewed no more; the new one is")
 }

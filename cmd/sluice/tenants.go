@@ -159,7 +159,7 @@ func newSharedAdmission(c *configs.Config, st limitStore, log *slog.Logger, reg 
 	if err := reg.Register(errs); err != nil {
 		return nil, err
 	}
-	return &sharedAdmission{slots: newBreakerSlots(timed), store: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
+	return &sharedAdmission{slots: newBreakerSlots(timed, slots.Forget), store: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
 }
 
 // redisLog writes go-redis's own log lines to log at debug level.

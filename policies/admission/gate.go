@@ -784,6 +784,15 @@ func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool) {
 		err := g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, ep.Address(), lease) })
 		if err == nil {
 			g.releaseOrphans()
+		} else {
+			// Released again with the next release that reaches the
+			// store, rather than holding its slot on every replica for
+			// the rest of LeaseTTL.
+			g.mu.Lock()
+			if len(g.orphans) < maxOrphans {
+				g.orphans = append(g.orphans, orphan{backend: ep.Address(), lease: lease})
+			}
+			g.mu.Unlock()
 		}
 	}
 	g.mu.Lock()

@@ -273,6 +273,15 @@ func (s *Slots) Release(ctx context.Context, pool, backend, lease string) error 
 	return nil
 }
 
+// Forget stops renewing lease without telling Redis (whose lease then
+// ends with its TTL, or at a later Release): for a release that cannot be
+// sent while Redis fails.
+func (s *Slots) Forget(lease string) {
+	s.mu.Lock()
+	delete(s.held, lease)
+	s.mu.Unlock()
+}
+
 // Renew extends every lease this Slots granted and that is not released
 // to now plus its TTL, in one round trip, and returns how many it renewed.
 // Call it every third of the TTL: a replica that dies stops renewing, and
