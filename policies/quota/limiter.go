@@ -272,21 +272,16 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 	}
 	l.reserveLatency.Observe(l.o.Now().Sub(now).Seconds())
 	if err != nil {
+		if lim.Concurrency > 0 && l.pinger != nil {
+			// The store may have run it all the same; Run releases it
+			// (it probes only a store that can be pinged).
+			l.orphan(key, lim, amt, lease, now)
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // the client left: not the store's fault
 		}
 		l.failed("reserve", err)
 		l.probeAt.Store(now.Add(probeEvery).UnixNano())
-		if lim.Concurrency > 0 {
-			// Reserved and used alike: released, the counters unmoved (the
-			// request runs uncharged, or charged if the store ran it).
-			l.omu.Lock()
-			if len(l.orphans) < maxOrphans {
-				l.orphans = append(l.orphans, SettleItem{Key: key, Limits: lim, Now: now,
-					Settlement: Settlement{Reserved: amt, Used: amt, LeaseID: lease, ReservedAt: now}})
-			}
-			l.omu.Unlock()
-		}
 		l.usageOf(key).reserved(now, !l.o.FailClosed, Decision{}, false)
 		return l.unavailable(key, lim, amt, now)
 	}
@@ -477,6 +472,19 @@ func (l *Limiter) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// orphan keeps the lease of a Reserve that failed for release by Run,
+// reserved and used alike: released, the counters unmoved (the request
+// runs uncharged, or charged if the store ran it; or it does not run, its
+// client gone, and is charged as one that ran).
+func (l *Limiter) orphan(key string, lim Limits, amt Amount, lease string, now time.Time) {
+	l.omu.Lock()
+	if len(l.orphans) < maxOrphans {
+		l.orphans = append(l.orphans, SettleItem{Key: key, Limits: lim, Now: now,
+			Settlement: Settlement{Reserved: amt, Used: amt, LeaseID: lease, ReservedAt: now}})
+	}
+	l.omu.Unlock()
 }
 
 // maxOrphans bounds the leases of failed Reserves kept for release;

@@ -332,3 +332,45 @@ func TestAFailedReservesLeaseIsReleasedOnceTheStoreAnswers(t *testing.T) {
 		return r.Decision.Allowed // charged: not failed open
 	}, 5*time.Second, 20*time.Millisecond, "the late lease is released, not held for the TTL")
 }
+
+// leaving is a Store that runs a Reserve and then finds its client gone
+// (a slow store, a client that gave up meanwhile); it answers pings.
+type leaving struct {
+	quota.Store
+	cancel context.CancelFunc
+}
+
+func (s *leaving) Reserve(ctx context.Context, key string, lim quota.Limits, amt quota.Amount, l quota.Lease, now time.Time) (quota.Decision, error) {
+	if _, err := s.Store.Reserve(ctx, key, lim, amt, l, now); err != nil {
+		return quota.Decision{}, err
+	}
+	s.cancel()
+	return quota.Decision{}, context.Canceled
+}
+
+func (s *leaving) Ping(context.Context) error { return nil }
+
+// TestTheLeaseOfAReserveItsClientLeftIsReleased: a Reserve the store ran
+// while its client left answers the client's cancel, and its lease is
+// released by Run rather than held for the lease TTL.
+func TestTheLeaseOfAReserveItsClientLeftIsReleased(t *testing.T) {
+	inner := memstore.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := quota.NewLimiter(quota.LimiterOptions{Store: &leaving{Store: inner, cancel: cancel}, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	lim := quota.Limits{Concurrency: 1}
+	_, err = l.Reserve(ctx, "t", lim, quota.Amount{Requests: 1})
+	require.ErrorIs(t, err, context.Canceled)
+	d, err := inner.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1}, quota.Lease{ID: "probe", TTL: time.Hour}, time.Now())
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "the store holds the lease")
+
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(rctx) }()
+	defer func() { stop(); require.NoError(t, <-done) }()
+	assert.Eventually(t, func() bool {
+		d, err := inner.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1}, quota.Lease{ID: "probe", TTL: time.Hour}, time.Now())
+		return err == nil && d.Allowed
+	}, 5*time.Second, 20*time.Millisecond, "Run released the lease")
+}
