@@ -508,9 +508,7 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		})
 		switch {
 		case err != nil: // the store failed: admit within this replica's share
-			if len(g.orphans) < maxOrphans { // the store may have granted it all the same
-				g.orphans = append(g.orphans, orphan{backend: ep.Address(), lease: lease})
-			}
+			g.orphanLocked(ep, lease) // the store may have granted it all the same
 			lease = ""
 			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas) {
 				g.full[ep] = now.Add(g.o.Patience)
@@ -789,9 +787,7 @@ func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool) {
 			// store, rather than holding its slot on every replica for
 			// the rest of LeaseTTL.
 			g.mu.Lock()
-			if len(g.orphans) < maxOrphans {
-				g.orphans = append(g.orphans, orphan{backend: ep.Address(), lease: lease})
-			}
+			g.orphanLocked(ep, lease)
 			g.mu.Unlock()
 		}
 	}
@@ -809,8 +805,17 @@ func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool) {
 	g.mu.Unlock()
 }
 
-// orphan is a lease an Acquire may have left in the shared store.
+// orphan is a lease an Acquire may have left in the shared store, or
+// whose Release failed.
 type orphan struct{ backend, lease string }
+
+// orphanLocked keeps lease on ep for release with the next release that
+// reaches the store (at most maxOrphans). The caller holds g.mu.
+func (g *Gate) orphanLocked(ep *backends.Endpoint, lease string) {
+	if len(g.orphans) < maxOrphans {
+		g.orphans = append(g.orphans, orphan{backend: ep.Address(), lease: lease})
+	}
+}
 
 // maxOrphans bounds the leases kept for release, and the waits kept to be
 // taken back; beyond it LeaseTTL frees the leases and the store passes

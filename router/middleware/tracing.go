@@ -45,7 +45,7 @@ func Tracing(opts TracingOptions) func(http.Handler) http.Handler {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if slices.Contains(opts.Untraced, r.URL.Path) || off && !carries(r.Header, fields) {
+			if off && !carries(r.Header, fields) || slices.Contains(opts.Untraced, r.URL.Path) {
 				next.ServeHTTP(w, r)
 				return
 			}
