@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,11 +102,14 @@ func runAsTenant(ctx context.Context, tenant string) context.Context {
 }
 
 // run starts the runner, sending lines through handler (the router's),
-// until ctx ends; the func returned stops it and waits for it.
-func (b *batchAPI) run(ctx context.Context, handler http.Handler, metrics prometheus.Registerer) (func(), error) {
+// until ctx ends; the lines running then have drain to finish. The func
+// returned waits for it (and stops it first if ctx has not ended); it may
+// be called more than once.
+func (b *batchAPI) run(ctx context.Context, handler http.Handler, metrics prometheus.Registerer, drain time.Duration) (func(), error) {
 	r, err := batch.NewRunner(b.svc, batch.RunnerOptions{
 		Handler: handler, RunAs: runAsTenant, Concurrency: b.cfg.Concurrency, Metrics: metrics,
 		Interval: b.cfg.DispatchInterval.Std(), LeaseTTL: b.cfg.LeaseTTL.Std(), MaxAttempts: b.cfg.MaxAttempts,
+		Drain: drain,
 	})
 	if err != nil {
 		return nil, err
@@ -113,10 +117,10 @@ func (b *batchAPI) run(ctx context.Context, handler http.Handler, metrics promet
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	return func() {
+	return sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			b.log.Warn("batch runner stopped", "err", err)
 		}
-	}, nil
+	}), nil
 }

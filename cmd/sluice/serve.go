@@ -252,10 +252,12 @@ func runServer(ctx context.Context, o serverOptions) error {
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.log.Handler(), slog.LevelWarn),
 	}
+	stopBatches := func() {}
 	if batches != nil {
-		// Stopped as shutdown starts: lines running then are pending again
-		// for the next start.
-		stopBatches, err := batches.run(ctx, srv.Handler, metrics)
+		// As shutdown starts the runner claims no more lines; those running
+		// have the drain to finish (then they are pending again for the
+		// next start), beside the requests the server drains.
+		stopBatches, err = batches.run(ctx, srv.Handler, metrics, o.drain)
 		if err != nil {
 			return err
 		}
@@ -314,6 +316,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 				err = srv.Shutdown(sctx)
 				cancel()
 			}
+			stopBatches()
 			if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
 				return serr
 			}

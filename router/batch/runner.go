@@ -56,6 +56,12 @@ type RunnerOptions struct {
 	// MaxAttempts is how many times a line the fleet failed (5xx other
 	// than 503) runs before its error is its result. Default 3.
 	MaxAttempts int
+	// Drain is how long the lines running when Run's context ends may go
+	// on (their claims renewed) to finish and record their answers; those
+	// still running then are stopped and given back. Zero stops them at
+	// once. cmd/sluice passes its --shutdown-timeout, so that a rolling
+	// restart does not throw away the GPU work of every line in flight.
+	Drain time.Duration
 	// Holder names this runner in its claims. Default a random name.
 	Holder string
 	// Metrics is where the runner registers its collectors. Nil means
@@ -124,8 +130,8 @@ func NewRunner(s *Service, o RunnerOptions) (*Runner, error) {
 	if s == nil || o.Handler == nil {
 		return nil, errors.New("batch: a Runner needs a Service and a Handler")
 	}
-	if o.Concurrency < 0 || o.Interval < 0 || o.LeaseTTL < 0 || o.MaxAttempts < 0 {
-		return nil, errors.New("batch: Concurrency, Interval, LeaseTTL and MaxAttempts must not be negative")
+	if o.Concurrency < 0 || o.Interval < 0 || o.LeaseTTL < 0 || o.MaxAttempts < 0 || o.Drain < 0 {
+		return nil, errors.New("batch: Concurrency, Interval, LeaseTTL, MaxAttempts and Drain must not be negative")
 	}
 	o.Concurrency = cmp.Or(o.Concurrency, DefaultConcurrency)
 	o.Interval = cmp.Or(o.Interval, DefaultInterval)
@@ -155,9 +161,12 @@ func NewRunner(s *Service, o RunnerOptions) (*Runner, error) {
 	return r, nil
 }
 
-// Run runs batches until ctx ends. Lines running then are cancelled and
-// given back, pending, for the next run (or another replica).
+// Run runs batches until ctx ends. It claims no line after that; the
+// lines running then have Drain to finish, and those that do not are
+// cancelled and given back, pending, for the next run (or another replica).
 func (r *Runner) Run(ctx context.Context) error {
+	lines, stopLines := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLines()
 	work := make(chan task)
 	var wg sync.WaitGroup
 	for range r.o.Concurrency {
@@ -179,9 +188,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		if look {
 			r.housekeep(ctx)
 		}
-		r.dispatch(ctx, work)
+		r.dispatch(ctx, lines, work)
 		select {
 		case <-ctx.Done():
+			r.drain(stopLines)
 			return nil
 		case <-tick.C:
 			look = true
@@ -189,6 +199,32 @@ func (r *Runner) Run(ctx context.Context) error {
 			look = true
 		case <-r.freed:
 			look = false
+		}
+	}
+}
+
+// drain waits up to Drain for the lines running to end, renewing their
+// claims, then stops the rest.
+func (r *Runner) drain(stop context.CancelFunc) {
+	defer stop()
+	if r.busy.Load() == 0 || r.o.Drain <= 0 {
+		return
+	}
+	r.s.o.Logger.Info("batch runner: letting the lines running finish", "lines", r.busy.Load(), "drain", r.o.Drain.String())
+	deadline := time.NewTimer(r.o.Drain)
+	defer deadline.Stop()
+	renew := time.NewTicker(r.o.LeaseTTL / 3)
+	defer renew.Stop()
+	for r.busy.Load() > 0 {
+		select {
+		case <-deadline.C:
+			r.s.o.Logger.Warn("batch runner: drain time is up; giving back the lines still running", "lines", r.busy.Load())
+			return
+		case <-renew.C:
+			ctx, cancel := storeCtx()
+			r.renew(ctx, r.s.o.Now())
+			cancel()
+		case <-r.freed:
 		}
 	}
 }
@@ -451,8 +487,9 @@ func (r *Runner) holdTenant(tenant string, d time.Duration, now time.Time) {
 }
 
 // dispatch claims pending lines, oldest batch first, and hands them to the
-// workers, as long as any is free.
-func (r *Runner) dispatch(ctx context.Context, work chan<- task) {
+// workers, as long as any is free; each line runs under a context of
+// lines, which outlives ctx by the drain.
+func (r *Runner) dispatch(ctx, lines context.Context, work chan<- task) {
 	now := r.s.o.Now()
 	for _, b := range r.active {
 		free := r.o.Concurrency - int(r.busy.Load())
@@ -466,15 +503,15 @@ func (r *Runner) dispatch(ctx context.Context, work chan<- task) {
 		if n == 0 {
 			continue
 		}
-		lines, err := r.s.o.Store.Claim(ctx, b.ID, r.o.Holder, n, r.o.LeaseTTL, now)
+		claimed, err := r.s.o.Store.Claim(ctx, b.ID, r.o.Holder, n, r.o.LeaseTTL, now)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.s.o.Logger.Warn("batch runner: claiming lines", "batch", b.ID, "err", err)
 			}
 			continue
 		}
-		for i, line := range lines {
-			lctx, cancel := context.WithCancel(ctx)
+		for i, line := range claimed {
+			lctx, cancel := context.WithCancel(lines)
 			r.busy.Add(1)
 			r.mu.Lock()
 			if r.running[b.ID] == nil {
@@ -487,7 +524,7 @@ func (r *Runner) dispatch(ctx context.Context, work chan<- task) {
 			case work <- task{b: b, line: line, ctx: lctx}:
 			case <-ctx.Done():
 				r.done(b, line)
-				for _, rest := range lines[i:] {
+				for _, rest := range claimed[i:] {
 					r.release(b.ID, rest)
 				}
 				return

@@ -223,3 +223,68 @@ func TestLinesWaitForOtherWork(t *testing.T) {
 	done := await(t, acme, b.ID, openai.BatchStatusCompleted)
 	assert.EqualValues(t, 2, done.RequestCounts.Completed)
 }
+
+// TestStopLetsRunningLinesFinish: a runner stopped with a drain (a replica
+// shutting down) claims no more lines and lets those running finish and
+// record their answers instead of throwing their work away; without one
+// they are stopped and given back.
+func TestStopLetsRunningLinesFinish(t *testing.T) {
+	for _, drain := range []time.Duration{0, time.Minute} {
+		t.Run(fmt.Sprintf("drain=%s", drain), func(t *testing.T) {
+			s := slow()
+			s.runner.Concurrency, s.runner.Drain = 2, drain
+			f := start(t, s)
+			ctx := context.Background()
+			acme := f.client(t, "sk-acme")
+			b := create(t, acme, upload(t, acme, chatLines(20, model, 30)).ID, openai.BatchNewParamsEndpointV1ChatCompletions)
+			require.Eventually(t, func() bool {
+				return linesTotal(t, f, "completed") >= 1 && linesInFlight(t, f) == 2
+			}, 20*time.Second, time.Millisecond)
+			f.stopRunner()
+			mid, err := acme.Batches.Get(ctx, b.ID)
+			require.NoError(t, err)
+			require.Equal(t, openai.BatchStatusInProgress, mid.Status, "stopped midway")
+			assert.Zero(t, linesInFlight(t, f))
+			if drain == 0 {
+				assert.Positive(t, linesTotal(t, f, "stopped"), "the lines running were given back")
+				return
+			}
+			assert.Zero(t, linesTotal(t, f, "stopped"), "the lines running finished")
+			assert.EqualValues(t, linesTotal(t, f, "completed"), mid.RequestCounts.Completed, "and were recorded")
+			assert.Less(t, mid.RequestCounts.Completed, int64(20), "no line started after the stop")
+		})
+	}
+}
+
+// linesTotal is the runner's sluice_batch_lines_total for outcome.
+func linesTotal(t *testing.T, f *fixture, outcome string) float64 {
+	t.Helper()
+	return gathered(t, f, "sluice_batch_lines_total", outcome)
+}
+
+// linesInFlight is the runner's sluice_batch_lines_in_flight.
+func linesInFlight(t *testing.T, f *fixture) float64 {
+	t.Helper()
+	return gathered(t, f, "sluice_batch_lines_in_flight", "")
+}
+
+func gathered(t *testing.T, f *fixture, name, outcome string) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if outcome != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != outcome) {
+				continue
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
