@@ -32,6 +32,9 @@ const (
 	// ClassLocal: the router could not make the attempt for a reason of
 	// its own (out of file descriptors); the backend did nothing wrong.
 	ClassLocal
+	// ClassRequestTimeout: the request's own total time ran out while the
+	// answer streamed; the backend did nothing wrong.
+	ClassRequestTimeout
 )
 
 var classNames = [...]string{
@@ -43,6 +46,8 @@ var classNames = [...]string{
 	ClassUpstream4xx: "upstream_4xx",
 	ClassFailed:      "failed",
 	ClassLocal:       "local_error",
+
+	ClassRequestTimeout: "request_timeout",
 }
 
 // String is the class's metric label.
@@ -62,6 +67,13 @@ func (c ErrorClass) BackendFault() bool {
 		return true
 	}
 	return false
+}
+
+// Measured reports whether an answer that ended so measured its backend's
+// decode speed: it ran unhindered until it ended or the router stopped it
+// (the client left, the request's time ran out).
+func (c ErrorClass) Measured() bool {
+	return c == ClassOK || c == ClassClientGone || c == ClassRequestTimeout
 }
 
 // Outcome is what one attempt came to: the one value that settlement,
@@ -219,7 +231,7 @@ func (a *Attempt) Finish(o Outcome) {
 		return
 	}
 	a.finished = true
-	if o.Class == ClassOK || o.Class == ClassClientGone {
+	if o.Class.Measured() {
 		a.ep.ObserveDecode(o.DecodeTokens, o.Decode)
 	}
 	if a.prefilling {

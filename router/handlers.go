@@ -445,7 +445,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		case cut.Stalled:
 			out.Class = backends.ClassTimeout
 		case errors.Is(cut.Err, proxy.ErrTotalTimeout):
-			out.Class = backends.ClassClientGone // the request's own time ran out, not the backend's fault
+			out.Class = backends.ClassRequestTimeout // the request's own time ran out, not the backend's fault
 		}
 		rt.log.Warn("stream cut", "backend", ep.Address(), "err", cut.Err)
 		return nil

@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-llm/sluice/backends"
 )
 
 // metrics are the router's collectors. Labels stay low-cardinality: model,
@@ -105,7 +104,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"model"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total",
-			Help: "Attempts sent to backends, by backend and outcome: ok, upstream_4xx, upstream_5xx, unreachable, timeout, failed (the answer broke off after it started), client_gone, local_error (the attempt could not be made here).",
+			Help: "Attempts sent to backends, by backend and outcome: ok, upstream_4xx, upstream_5xx, unreachable, timeout, failed (the answer broke off after it started), client_gone, request_timeout (the request's total time ran out mid-stream), local_error (the attempt could not be made here).",
 		}, []string{"backend", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tenant_tokens_total",
@@ -170,7 +169,7 @@ func (m *metrics) observe(route string, status int, elapsed time.Duration, rec *
 			return streamChildren{ttft: m.ttft.WithLabelValues(k.model, k.class), tpot: m.tpot.WithLabelValues(k.model, k.class)}
 		})
 		st.ttft.Observe(d.Seconds())
-		if o := rec.out; o.DecodeTokens > 0 && (o.Class == backends.ClassOK || o.Class == backends.ClassClientGone) {
+		if o := rec.out; o.DecodeTokens > 0 && o.Class.Measured() {
 			st.tpot.Observe(o.Decode.Seconds() / float64(o.DecodeTokens))
 		}
 	}

@@ -173,14 +173,15 @@ func TestRelayedErrorIsRecordedWithItsStatus(t *testing.T) {
 func TestCutStreamsAreLoggedAsFailures(t *testing.T) {
 	const chunk = `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n"
 	for _, c := range []struct {
-		name, code string
-		after      func(r *http.Request) // what the backend does after its first chunk
+		name, code, outcome string
+		after               func(r *http.Request) // what the backend does after its first chunk
 		opts       router.Options
 		total      time.Duration
 	}{
-		{"broken", "upstream_error", func(*http.Request) { panic(http.ErrAbortHandler) }, router.Options{}, 0},
-		{"silent", "upstream_timeout", func(r *http.Request) { <-r.Context().Done() }, router.Options{StreamIdleTimeout: 100 * time.Millisecond}, 0},
-		{"too long", "request_timeout", func(r *http.Request) { <-r.Context().Done() }, router.Options{}, 200 * time.Millisecond},
+		{"broken", "upstream_error", "failed", func(*http.Request) { panic(http.ErrAbortHandler) }, router.Options{}, 0},
+		{"silent", "upstream_timeout", "timeout", func(r *http.Request) { <-r.Context().Done() }, router.Options{StreamIdleTimeout: 100 * time.Millisecond}, 0},
+		// The attempt was counted client_gone until 2026-12-02.
+		{"too long", "request_timeout", "request_timeout", func(r *http.Request) { <-r.Context().Done() }, router.Options{}, 200 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -208,6 +209,8 @@ func TestCutStreamsAreLoggedAsFailures(t *testing.T) {
 			line := requestLine(t, &logs, "req-cut")
 			assert.EqualValues(t, 200, line["status"])
 			assert.Equal(t, c.code, line["error"])
+			assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+srv.URL+`",outcome="`+c.outcome+`"} 1`+"\n",
+				"the attempt is counted by how it ended")
 		})
 	}
 }
