@@ -21,6 +21,8 @@ type Config struct {
 	Upstream Upstream `yaml:"upstream"`
 	// Scrape configures polling each backend's engine metrics for its load.
 	Scrape Scrape `yaml:"scrape"`
+	// CORS lets web pages on other origins call the API (restart to change).
+	CORS CORS `yaml:"cors"`
 	// SessionHeader names the request header that identifies a conversation
 	// for session affinity; without it the OpenAI "user" field is used.
 	// Default "X-Session-Id"; must be a valid header name.
@@ -169,6 +171,18 @@ type Admin struct {
 	// TokenEnv names the environment variable holding the token. Default
 	// "SLUICE_ADMIN_TOKEN".
 	TokenEnv string `yaml:"token_env"`
+}
+
+// CORS configures Cross-Origin Resource Sharing on the OpenAI endpoint, for
+// browser apps that call Sluice from pages served elsewhere.
+type CORS struct {
+	// AllowedOrigins lists the origins ("https://app.example.com", one "*"
+	// wildcard allowed: "https://*.example.com"; "*" alone for any) whose
+	// pages may call the API. Empty (the default): no CORS headers, so
+	// browsers refuse such calls.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// MaxAge is how long a browser may cache a preflight's answer. Default 10m.
+	MaxAge Duration `yaml:"max_age"`
 }
 
 // ServiceClasses returns the service classes, best first, as OpenAI's

@@ -90,6 +90,8 @@ func TestParseRejects(t *testing.T) {
 		{"relative scrape path", "scrape:\n  path: metrics\n" + minimal, []string{"scrape.path: want an absolute path"}},
 		{"unknown scrape field", "scrape:\n  every: 1s\n" + minimal, []string{"field every not found"}},
 		{"batch reserve the whole budget", "models:\n  - name: m\n    admission:\n      batch_reserve: 1\n    backends:\n      - url: http://a:1\n", []string{"models[0].admission.batch_reserve: must be below 1"}},
+		{"bad CORS origins", "cors:\n  allowed_origins: [\"app.example.com\", \"https://a.example.com/path\", \"https://*.*.example.com\", \"https://*.example.com\"]\n  max_age: -1s\n" + minimal,
+			[]string{"cors.allowed_origins[0]: want an origin", "cors.allowed_origins[1]: want an origin", "cors.allowed_origins[2]: at most one * wildcard", "cors.max_age: must be positive"}},
 		{"bad session header", "session_header: \"X Session\"\n" + minimal, []string{"session_header: want an HTTP header name"}},
 		{"negative model timeouts", "models:\n  - name: m\n    timeouts: {first_byte: -1s, total: -2s}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].timeouts.first_byte: must not be negative", "models[0].timeouts.total: must not be negative"}},

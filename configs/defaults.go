@@ -43,6 +43,9 @@ func DefaultScrapeTimeout(interval time.Duration) time.Duration { return interva
 // one place defaults are set; applyTenantDefaults, which it calls, holds the
 // part for tiers, tenants and the limit store.
 func (c *Config) ApplyDefaults() {
+	if c.CORS.MaxAge == 0 {
+		c.CORS.MaxAge = Duration(10 * time.Minute)
+	}
 	if c.Admin.Listen == "" {
 		c.Admin.Listen = "127.0.0.1:8081"
 	}

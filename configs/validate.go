@@ -34,6 +34,14 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Admin.Listen); err != nil {
 		bad("admin.listen", "want host:port, got %q", c.Admin.Listen)
 	}
+	for i, o := range c.CORS.AllowedOrigins {
+		if err := validOrigin(o); err != nil {
+			bad(fmt.Sprintf("cors.allowed_origins[%d]", i), "%v, got %q", err, o)
+		}
+	}
+	if c.CORS.MaxAge < 0 {
+		bad("cors.max_age", "must be positive, got %s", c.CORS.MaxAge.Std())
+	}
 	if c.MaxBodyBytes < 0 {
 		bad("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
 	}
@@ -232,4 +240,21 @@ func checkURL(s string) string {
 		}
 	}
 	return ""
+}
+
+// validOrigin checks a CORS origin: "*", or scheme://host[:port] with no
+// path and at most one "*" standing for any characters.
+func validOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	if strings.Count(o, "*") > 1 {
+		return errors.New("at most one * wildcard")
+	}
+	u, err := url.Parse(strings.Replace(o, "*", "x", 1))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return errors.New(`want an origin as a browser sends it ("https://app.example.com", no path), or "*"`)
+	}
+	return nil
 }

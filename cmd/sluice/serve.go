@@ -247,7 +247,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           rt.Handler(),
+		Handler:           withCORS(cfg.CORS, rt.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.log.Handler(), slog.LevelWarn),
