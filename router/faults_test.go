@@ -207,6 +207,37 @@ func TestTurnedBackAnswersAreRetriedElsewhere(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 }
 
+// TestTurnedBackAnswersAreRelayedOnceRetriesRunOut: with both backends
+// busy the retry budget runs dry; from then on the backend's own 503 and
+// its Retry-After reach the client (they were turned back with no retry
+// left to follow, and the client got 502 upstream_error).
+func TestTurnedBackAnswersAreRelayedOnceRetriesRunOut(t *testing.T) {
+	busy := func() string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":{"message":"busy","type":"server_error","code":"overloaded"}}`)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	s := startSluice(t, router.Options{Retries: 1}, routeSpec{model: model, policy: roundrobin.Name, urls: []string{busy(), busy()}})
+	for i := range 40 { // the budget starts at 10 retries and earns 0.2 a request
+		res, err := http.Post(s.srv.URL+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":2}`))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "request %d", i)
+		assert.Equal(t, "2", res.Header.Get("Retry-After"), "request %d", i)
+		assert.Equal(t, "overloaded", decodeError(t, res).Code, "request %d: the backend's own answer", i)
+		res.Body.Close()
+	}
+	page := scrape(t, s)
+	assert.Less(t, counterValue(t, page, `sluice_upstream_retries_total{reason="upstream_5xx"}`), 40.0, "the budget ran out")
+	http.DefaultClient.CloseIdleConnections()
+}
+
 // A model's first-byte timeout is its own: a slow backend is a timeout
 // there (and another backend is tried), while the transport would have
 // waited a minute.
@@ -254,7 +285,7 @@ func TestTotalTimeoutPerModel(t *testing.T) {
 	assert.Positive(t, chunks, "the answer had started")
 	require.NoError(t, stream.Close())
 	require.Eventually(t, func() bool {
-		return strings.Contains(scrape(t, s), `sluice_upstream_attempts_total{backend="`+long.srv.URL+`",outcome="client_gone"} 1`)
+		return strings.Contains(scrape(t, s), `sluice_upstream_attempts_total{backend="`+long.srv.URL+`",outcome="request_timeout"} 1`)
 	}, 5*time.Second, 10*time.Millisecond, "the request's own deadline is not the backend's failure")
 	http.DefaultClient.CloseIdleConnections()
 }

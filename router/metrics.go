@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 )
 
 // metrics are the router's collectors. Labels stay low-cardinality: model,

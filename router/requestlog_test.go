@@ -175,8 +175,8 @@ func TestCutStreamsAreLoggedAsFailures(t *testing.T) {
 	for _, c := range []struct {
 		name, code, outcome string
 		after               func(r *http.Request) // what the backend does after its first chunk
-		opts       router.Options
-		total      time.Duration
+		opts                router.Options
+		total               time.Duration
 	}{
 		{"broken", "upstream_error", "failed", func(*http.Request) { panic(http.ErrAbortHandler) }, router.Options{}, 0},
 		{"silent", "upstream_timeout", "timeout", func(r *http.Request) { <-r.Context().Done() }, router.Options{StreamIdleTimeout: 100 * time.Millisecond}, 0},
