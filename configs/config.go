@@ -17,6 +17,10 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// MaxBodyBytes caps a request body; larger bodies get 413. Default 10 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// BodyReadTimeout bounds the arrival of a request's body, from its
+	// headers on: a client that sends it slower gets 408 and loses the
+	// connection. Default 30s.
+	BodyReadTimeout Duration `yaml:"body_read_timeout"`
 	// Upstream tunes the connections to backends.
 	Upstream Upstream `yaml:"upstream"`
 	// Scrape configures polling each backend's engine metrics for its load.

@@ -84,6 +84,9 @@ func (c *Config) ApplyDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.BodyReadTimeout == 0 {
+		c.BodyReadTimeout = Duration(30 * time.Second)
+	}
 	u := &c.Upstream
 	if u.DialTimeout == 0 {
 		u.DialTimeout = Duration(DefaultDialTimeout)

@@ -42,6 +42,9 @@ func (c *Config) Validate() error {
 	if c.CORS.MaxAge < 0 {
 		bad("cors.max_age", "must be positive, got %s", c.CORS.MaxAge.Std())
 	}
+	if c.BodyReadTimeout < 0 {
+		bad("body_read_timeout", "must be positive, got %s", c.BodyReadTimeout.Std())
+	}
 	if c.MaxBodyBytes < 0 {
 		bad("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
 	}

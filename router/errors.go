@@ -32,6 +32,11 @@ type APIError struct {
 	Param      string
 	Message    string
 	RetryAfter time.Duration
+	// Final marks an answer that the same request cannot change by
+	// waiting (over a limit's whole burst, the day's quota spent): it is
+	// sent with X-Should-Retry: false, which OpenAI's SDKs obey where
+	// they would otherwise retry every 429.
+	Final bool
 }
 
 func (e *APIError) Error() string { return e.Message }
@@ -44,6 +49,9 @@ func writeError(w http.ResponseWriter, e *APIError) {
 		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
 		h.Set("Retry-After-Ms", strconv.FormatInt(int64((e.RetryAfter+time.Millisecond-1)/time.Millisecond), 10))
+	}
+	if e.Final {
+		h.Set("X-Should-Retry", "false")
 	}
 	apierror.Write(w, e.Status, e.Type, e.Code, e.Param, e.Message)
 }
@@ -134,11 +142,11 @@ func errorFor(err error) *APIError {
 			// 429 as OpenAI answers a request over a limit, but no
 			// Retry-After: waiting does not make it fit, and clients that
 			// honour the header would wait to fail again.
-			e.RetryAfter = 0
+			e.RetryAfter, e.Final = 0, true
 		}
 		switch {
 		case reject.Dimension == quota.DimTokensPerDay && !reject.TooLarge:
-			e.Type, e.Code = typeInsufficientQuota, "insufficient_quota"
+			e.Type, e.Code, e.Final = typeInsufficientQuota, "insufficient_quota", true
 		case reject.Dimension != quota.DimRequests && reject.Dimension != quota.DimConcurrency:
 			e.Type = "tokens"
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -317,7 +318,11 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		if ticket != nil && attempt < rt.retries {
 			others = rt.another(rte, ep, tried, now)
 		}
-		canRetry := attempt < rt.retries && others
+		// The retry is taken from the budget before the attempt (and given
+		// back if not needed): an answer turned back with no retry left
+		// to follow it was lost (the client got 502 upstream_error in
+		// place of the backend's own 503 and its Retry-After).
+		canRetry := attempt < rt.retries && others && rt.retryBudget.spend()
 		rec.backend, rec.sentAt = ep.Address(), now
 		if rec.firstSent.IsZero() {
 			rec.firstSent = now
@@ -332,6 +337,9 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 			}
 		}
 		aerr := rt.attempt(w, r, ep, preq, at, strip, out, done, ticket, attempt+1, retryReason)
+		if canRetry && (aerr == nil || !retryable(aerr)) {
+			rt.retryBudget.refund()
+		}
 		if aerr == nil {
 			return nil
 		}
@@ -339,7 +347,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 			rt.log.Warn("backend unreachable; holding it out", "backend", ep.Address(),
 				"cooldown", rt.cooldown, "err", aerr)
 		}
-		if !retryable(aerr) || !canRetry || !rt.retryBudget.spend() {
+		if !retryable(aerr) || !canRetry {
 			return &upstreamError{class: out.Class, err: aerr}
 		}
 		rt.metrics.retries.WithLabelValues(out.Class.String()).Inc()
@@ -588,6 +596,12 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, bodyTooLarge(rt.maxBody)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Not a malformed body: a slow one. 408 tells the SDKs (which
+			// retry it) and the client's logs what happened.
+			return nil, &APIError{Status: http.StatusRequestTimeout, Type: typeInvalidRequest, Code: "request_timeout",
+				Message: "The request body did not arrive within " + rt.bodyWait.String() + "."}
 		}
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 			// The connection closed before the declared body arrived:

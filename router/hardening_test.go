@@ -5,7 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,7 +82,7 @@ func TestClientMistakesReadPlainly(t *testing.T) {
 	require.NoError(t, err)
 	e = decodeError(t, res)
 	res.Body.Close()
-	assert.Equal(t, "Invalid type for 'max_tokens': expected an integer, but got string.", e.Message)
+	assert.Equal(t, "Invalid type for 'max_tokens': expected an integer, but got a string instead.", e.Message)
 
 	long := strings.Repeat("x", 1<<20)
 	res, err = http.Post(s.srv.URL+"/v1/chat/completions", "application/json",
@@ -115,7 +117,10 @@ func TestSlowBodyLosesItsRequest(t *testing.T) {
 				assert.NoError(t, err, "the answer comes while the body is still owed")
 			}
 			if err == nil {
-				assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+				// 400 invalid_body until 2026-12-02: the SDKs do not retry
+				// that, and it named no timeout.
+				assert.Equal(t, http.StatusRequestTimeout, res.StatusCode)
+				assert.Equal(t, "request_timeout", decodeError(t, res).Code)
 				assert.True(t, res.Close, "the connection closes after the answer")
 				res.Body.Close()
 			}
@@ -157,4 +162,38 @@ func TestFallbackModelWhenNoBackendIsInRouting(t *testing.T) {
 	require.NoError(t, err, "held out now: the fallback serves")
 	assert.Equal(t, "small", res.Model)
 	assert.Contains(t, scrape(t, s), `sluice_fallbacks_total{model="big",to="small"} 1`)
+}
+
+// TestExpectContinueKeepsTheAnswersHeaders: a client that sends Expect:
+// 100-continue (curl does above 1 MB) gets its request id and rate-limit
+// headers on the final answer. The Expect went on to the backend, whose
+// 100 Continue the proxy relayed with the headers set so far, then
+// cleared them.
+func TestExpectContinueKeepsTheAnswersHeaders(t *testing.T) {
+	var expects atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Expect") != "" {
+			expects.Add(1)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}))
+	t.Cleanup(srv.Close)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{srv.URL}})
+	tr := &http.Transport{ExpectContinueTimeout: 5 * time.Second}
+	t.Cleanup(tr.CloseIdleConnections)
+	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"`+strings.Repeat("a", 300<<10)+`"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Expect", "100-continue")
+	req.Header.Set("X-Request-Id", "req-expect")
+	res, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, "req-expect", res.Header.Get("X-Request-Id"), "the final answer carries the request id")
+	assert.Zero(t, expects.Load(), "Sluice has the body: the backend is not asked to confirm it")
 }

@@ -73,13 +73,13 @@ func parseInference(body []byte) (parsed, error) {
 				if typeErr.Field != "" {
 					field += "." + typeErr.Field
 				}
-				want, got = jsonscan.TypeName(typeErr.Type), typeErr.Value
+				want, got = jsonscan.TypeName(typeErr.Type), jsonscan.ValueName(typeErr.Value)
 			}
 			if err = numberError(field, want, val); err != nil {
 				return
 			}
 			err = badRequest(field, "invalid_type",
-				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s.", field, want, got))
+				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", field, want, got))
 		}
 	}
 	valid := jsonscan.ObjectTokens(body, func(key, val []byte, n int) {

@@ -75,8 +75,8 @@ func TestNumberErrorsReadAsOpenAIs(t *testing.T) {
 			"Invalid 'max_tokens': integer above maximum value. Expected a value <= 9223372036854775807, but got 9223372036854775808 instead."},
 		{`{"model":"m","max_completion_tokens":-9223372036854775809}`, "integer_below_min_value",
 			"Invalid 'max_completion_tokens': integer below minimum value. Expected a value >= -9223372036854775808, but got -9223372036854775809 instead."},
-		{`{"model":"m","max_tokens":"5"}`, "invalid_type", "Invalid type for 'max_tokens': expected an integer, but got string."},
-		{`{"model":"m","stream":1.5}`, "invalid_type", "Invalid type for 'stream': expected a boolean, but got number."},
+		{`{"model":"m","max_tokens":"5"}`, "invalid_type", "Invalid type for 'max_tokens': expected an integer, but got a string instead."},
+		{`{"model":"m","stream":1.5}`, "invalid_type", "Invalid type for 'stream': expected a boolean, but got a number instead."},
 	}
 	for _, tt := range tests {
 		_, err := parseInference([]byte(tt.body))

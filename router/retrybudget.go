@@ -40,3 +40,13 @@ func (b *retryBudget) spend() bool {
 		}
 	}
 }
+
+// refund gives back a retry spent for one that was not needed.
+func (b *retryBudget) refund() {
+	for {
+		v := b.milli.Load()
+		if b.milli.CompareAndSwap(v, min(v+1000, b.max)) {
+			return
+		}
+	}
+}

@@ -126,7 +126,7 @@ type Options struct {
 	// the client. Default 60s.
 	StreamIdleTimeout time.Duration
 	// BodyReadTimeout bounds reading a request body: a client that sends
-	// it slower loses the request (400) and its connection. Default 30s.
+	// it slower loses the request (408) and its connection. Default 30s.
 	BodyReadTimeout time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time

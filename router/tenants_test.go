@@ -150,7 +150,13 @@ func TestTenantOutputReservationCountsEveryChoice(t *testing.T) {
 	assert.Len(t, answer.Choices, 3)
 
 	p.MaxTokens = openai.Int(40) // 120 tokens: over the limit though 40 alone is not
-	_, err = c.Chat.Completions.New(ctx, p)
+	sent := 0
+	_, err = c.Chat.Completions.New(ctx, p, option.WithMaxRetries(2),
+		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			sent++
+			return next(r)
+		}))
+	assert.Equal(t, 1, sent, "X-Should-Retry: false keeps the SDK from sending it again (it retried every 429)")
 	assertAPIError(t, err, http.StatusTooManyRequests, "rate_limit_exceeded")
 	var apiErr *openai.Error
 	require.True(t, errors.As(err, &apiErr))
@@ -172,6 +178,7 @@ func TestTenantDailyQuotaAnswersInsufficientQuota(t *testing.T) {
 	var apiErr *openai.Error
 	require.True(t, errors.As(err, &apiErr))
 	assert.Equal(t, "insufficient_quota", apiErr.Type)
+	assert.Equal(t, "false", apiErr.Response.Header.Get("X-Should-Retry"), "not before the day's quota renews")
 }
 
 func TestOpenAIClientBacksOffAsRetryAfterSays(t *testing.T) {

@@ -111,6 +111,7 @@ func routerOptions(c *configs.Config, t *router.Table) router.Options {
 	return router.Options{
 		Table:             t,
 		MaxBodyBytes:      c.MaxBodyBytes,
+		BodyReadTimeout:   c.BodyReadTimeout.Std(),
 		Retries:           *c.Upstream.Retries,
 		StreamIdleTimeout: c.Upstream.StreamIdleTimeout.Std(),
 		Cooldown:          2 * time.Second,

@@ -23,7 +23,7 @@ func withCORS(c configs.CORS, h http.Handler) http.Handler {
 		AllowedHeaders: []string{"*"},
 		// What OpenAI's SDKs read from an answer: the request id, and when
 		// to retry.
-		ExposedHeaders: []string{"X-Request-Id", "Retry-After", "Retry-After-Ms",
+		ExposedHeaders: []string{"X-Request-Id", "Retry-After", "Retry-After-Ms", "X-Should-Retry",
 			"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests",
 			"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"},
 		MaxAge: int(c.MaxAge.Std().Seconds()),

@@ -378,9 +378,8 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, owner Owne
 		case errors.As(err, &typeErr) && typeErr.Field != "":
 			// Named by the request's field and JSON's types, not this
 			// package's Go ones.
-			kind, _, _ := strings.Cut(typeErr.Value, " ")
-			return badRequest(typeErr.Field, "invalid_type", "Invalid type for '%s': expected %s, but got %s.",
-				typeErr.Field, jsonscan.TypeName(typeErr.Type), kind)
+			return badRequest(typeErr.Field, "invalid_type", "Invalid type for '%s': expected %s, but got %s instead.",
+				typeErr.Field, jsonscan.TypeName(typeErr.Type), jsonscan.ValueName(typeErr.Value))
 		case errors.As(err, &tooBig):
 			return badRequest("", "invalid_json", "The request body is over %d bytes.", maxBatchRequest)
 		}

@@ -242,7 +242,7 @@ func TestBadRequests(t *testing.T) {
 	// Malformed bodies are named in JSON's words, not the server's Go types.
 	err = acme.Post(ctx, "batches", []byte(`{"input_file_id":5,"endpoint":"/v1/chat/completions","completion_window":"24h"}`), nil)
 	msg = apiError(t, err, http.StatusBadRequest, "invalid_type")
-	assert.Equal(t, "Invalid type for 'input_file_id': expected a string, but got number.", msg)
+	assert.Equal(t, "Invalid type for 'input_file_id': expected a string, but got a number instead.", msg)
 	err = acme.Post(ctx, "batches", []byte(`[]`), nil)
 	msg = apiError(t, err, http.StatusBadRequest, "invalid_json")
 	assert.NotContains(t, msg, "Go ")

@@ -1,6 +1,9 @@
 package jsonscan
 
-import "reflect"
+import (
+	"reflect"
+	"strings"
+)
 
 // TypeName names a Go type the way a JSON client thinks of it ("a string",
 // "an integer"...), for errors that say what a member should have been.
@@ -22,6 +25,28 @@ func TypeName(t reflect.Type) string {
 		return "an object"
 	case reflect.Slice, reflect.Array:
 		return "an array"
+	}
+	return "another type"
+}
+
+// ValueName names the JSON value a json.UnmarshalTypeError found (its
+// Value: "string", "number 5.5", "bool", ...) as OpenAI's messages do: "a
+// string", "a number", "a boolean".
+func ValueName(v string) string {
+	kind, _, _ := strings.Cut(v, " ")
+	switch kind {
+	case "string":
+		return "a string"
+	case "number":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	case "object":
+		return "an object"
+	case "array":
+		return "an array"
+	case "null":
+		return "null"
 	}
 	return "another type"
 }

@@ -264,7 +264,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// the transport asks for (and undoes) compression on its own.
 	// The keys are canonical already, so a map delete does (h.Del
 	// canonicalizes each again).
-	for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding"} {
+	// Expect too: Sluice has the whole body; a backend asked to confirm
+	// it first answers 100 Continue, which the ReverseProxy relays with
+	// the headers set so far and then clears them (the final answer lost
+	// its X-Request-Id and x-ratelimit-* headers).
+	for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding", "Expect"} {
 		delete(h, k)
 	}
 	if a.Authorization != "" {
