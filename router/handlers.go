@@ -318,11 +318,12 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		if ticket != nil && attempt < rt.retries {
 			others = rt.another(rte, ep, tried, now)
 		}
-		// The retry is taken from the budget before the attempt (and given
-		// back if not needed): an answer turned back with no retry left
-		// to follow it was lost (the client got 502 upstream_error in
-		// place of the backend's own 503 and its Retry-After).
-		canRetry := attempt < rt.retries && others && rt.retryBudget.spend()
+		// The budget is asked before the attempt, and the retry taken only
+		// if one follows: an answer turned back with no retry left to
+		// follow it was lost (the client got 502 upstream_error in place
+		// of the backend's own 503 and its Retry-After). Reserving it for
+		// the attempt's length would hold the budget in flight.
+		canRetry := attempt < rt.retries && others && rt.retryBudget.available()
 		rec.backend, rec.sentAt = ep.Address(), now
 		if rec.firstSent.IsZero() {
 			rec.firstSent = now
@@ -337,9 +338,6 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 			}
 		}
 		aerr := rt.attempt(w, r, ep, preq, at, strip, out, done, ticket, attempt+1, retryReason)
-		if canRetry && (aerr == nil || !retryable(aerr)) {
-			rt.retryBudget.refund()
-		}
 		if aerr == nil {
 			return nil
 		}
@@ -350,6 +348,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		if !retryable(aerr) || !canRetry {
 			return &upstreamError{class: out.Class, err: aerr}
 		}
+		rt.retryBudget.take()
 		rt.metrics.retries.WithLabelValues(out.Class.String()).Inc()
 		tried = append(tried, ep)
 		retryReason = out.Class.String()

@@ -41,12 +41,10 @@ func (b *retryBudget) spend() bool {
 	}
 }
 
-// refund gives back a retry spent for one that was not needed.
-func (b *retryBudget) refund() {
-	for {
-		v := b.milli.Load()
-		if b.milli.CompareAndSwap(v, min(v+1000, b.max)) {
-			return
-		}
-	}
-}
+// available reports whether a retry is banked, without taking it.
+func (b *retryBudget) available() bool { return b.milli.Load() >= 1000 }
+
+// take spends a retry that available promised: it may take the budget
+// below zero when other requests took the last one meanwhile (by at most
+// the attempts in flight; deposits pay it back).
+func (b *retryBudget) take() { b.milli.Add(-1000) }

@@ -25,4 +25,21 @@ func TestRetryBudgetIsAShareOfTraffic(t *testing.T) {
 		n++
 	}
 	assert.Equal(t, 5, n, "at most five banked")
+
+	b.deposit()
+	b.deposit()
+	assert.False(t, b.available())
+	for range 3 {
+		b.deposit()
+	}
+	assert.True(t, b.available(), "five requests earn one")
+	b.take()
+	b.take() // promised to two requests at once
+	assert.False(t, b.available())
+	for range 9 {
+		b.deposit()
+	}
+	assert.False(t, b.available(), "the overdraft is paid back first")
+	b.deposit()
+	assert.True(t, b.available())
 }
