@@ -83,6 +83,7 @@ func TestParseRejects(t *testing.T) {
 		{"no models", "listen: 127.0.0.1:1\n", []string{"models: at least one model"}},
 		{"bad listen", "listen: nowhere\n" + minimal, []string{"listen: want host:port"}},
 		{"negative body", "max_body_bytes: -1\n" + minimal, []string{"max_body_bytes: must be positive"}},
+		{"negative body read timeout", "body_read_timeout: -1s\n" + minimal, []string{"body_read_timeout: must be positive"}},
 		{"retries out of range", "upstream:\n  retries: 11\n" + minimal, []string{"upstream.retries"}},
 		{"scrape too often", "scrape:\n  interval: 1ms\n" + minimal, []string{"scrape.interval: must be at least 10ms"}},
 		{"scrape timeout not below interval", "scrape:\n  interval: 50ms\n  timeout: 50ms\n" + minimal, []string{"scrape.timeout: must be positive and below"}},

@@ -60,8 +60,12 @@ func badRequest(param, code, msg string) *APIError {
 	return &APIError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: code, Message: msg}
 }
 
-// errNoRoute answers a path Sluice does not serve.
-var errNoRoute = &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found", Message: "no such route"}
+// noRoute answers a path Sluice does not serve, naming it as OpenAI's API
+// does ("Invalid URL (POST /v1/responses)").
+func noRoute(r *http.Request) *APIError {
+	return &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found",
+		Message: "Invalid URL (" + echo(r.Method) + " " + echo(r.URL.EscapedPath()) + ")"}
+}
 
 // errClientLeft is a request whose client closed the connection before
 // its body arrived: logged as 499, never answered.

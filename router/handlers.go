@@ -700,7 +700,7 @@ func (rt *Router) getModel(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if name == "" { // GET /v1/models/: no model named, so no such route
-		writeError(w, errNoRoute)
+		writeError(w, noRoute(r))
 		return
 	}
 	tenant, err := rt.tenants.Load().Authenticate(r)

@@ -307,7 +307,7 @@ func (rt *Router) Handler() http.Handler {
 	// promises; health checks and load balancers probe with HEAD.
 	r.Use(chimw.GetHead, middleware.RequestID, middleware.Recoverer(rt.log),
 		middleware.Tracing(middleware.TracingOptions{Provider: rt.tracer, Untraced: []string{"/healthz", "/readyz", "/metrics"}}))
-	r.NotFound(rt.counted("unmatched", func(w http.ResponseWriter, _ *http.Request) { writeError(w, errNoRoute) }))
+	r.NotFound(rt.counted("unmatched", func(w http.ResponseWriter, r *http.Request) { writeError(w, noRoute(r)) }))
 	r.MethodNotAllowed(rt.counted("unmatched", func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Allow", allowed(req.URL.Path))
 		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest,

@@ -129,7 +129,8 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case parts[0] == "batches" && len(parts) == 3 && parts[2] == "cancel":
 		err = s.methods(w, r, map[string]handler{http.MethodPost: s.cancelBatch}, owner, parts[1])
 	default:
-		err = &apiError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "not_found", message: "no such route"}
+		err = &apiError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "not_found",
+			message: "Invalid URL (" + r.Method + " " + r.URL.EscapedPath() + ")"}
 	}
 	if err == nil {
 		return
