@@ -164,3 +164,53 @@ func startWorker(t *testing.T, model string) *httptest.Server {
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return srv
 }
+
+// TestReloadKeepsKeysWhenTheFileLosesItsTenants: a config file cut short
+// before its tenants (a truncated write) is valid, and reloaded it served
+// every caller without a key or limits; it is refused instead, and the
+// keys stay asked for.
+func TestReloadKeepsKeysWhenTheFileLosesItsTenants(t *testing.T) {
+	w := startWorker(t, "m")
+	path := tenantConfig(t, w.URL, "    requests_per_minute: 600\n", "  key_prefix: reload\n")
+	full, err := os.ReadFile(path)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	reload := make(chan os.Signal, 1)
+	ready := make(chan string, 1)
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverOptions{path: path, drain: 5 * time.Second, reload: reload, ready: ready,
+			log: slog.New(slog.NewTextHandler(&logs, nil))})
+	}()
+	addr := <-ready
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	post := func(key string) int {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/completions",
+			strings.NewReader(`{"model":"m","prompt":"hi","max_tokens":2}`))
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		res, err := hc.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, post(""))
+	require.Equal(t, http.StatusOK, post("sk-acme"))
+
+	cut, _, ok := strings.Cut(string(full), "tiers:")
+	require.True(t, ok)
+	require.NoError(t, os.WriteFile(path, []byte(cut), 0o600))
+	reload <- syscall.SIGHUP
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "keeping the running config") }, 5*time.Second, 5*time.Millisecond)
+	assert.Contains(t, logs.String(), "a reload does not turn authentication off")
+	assert.Equal(t, http.StatusUnauthorized, post(""), "keys are still asked for")
+	assert.Equal(t, http.StatusOK, post("sk-acme"))
+
+	cancel()
+	require.NoError(t, <-done)
+}

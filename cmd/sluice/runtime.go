@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -70,6 +71,15 @@ func (r *runtime) Reload() error {
 // applyLocked builds cfg and swaps it in, or logs why not and keeps what
 // serves.
 func (r *runtime) applyLocked(cfg *configs.Config, what string, attrs ...any) error {
+	if len(cfg.Tenants) == 0 && len(r.current.Tenants) > 0 {
+		// A file cut short (a truncated write, a bad merge) reads as
+		// valid with no tenants, and every caller would be served without
+		// a key or limits. Turning keys off takes a restart.
+		err := errors.New("tenants: the new config has none, so every caller would be served without a key or limits; " +
+			"a reload does not turn authentication off (restart with that config to run open)")
+		r.log.Error("config reload failed; keeping the running config", "change", what, "path", r.path, "err", err)
+		return err
+	}
 	t, endpoints, err := buildTable(cfg, r.reg, r.eps, r.shared)
 	var dir *auth.Directory
 	if err == nil {
