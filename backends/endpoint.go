@@ -11,9 +11,11 @@ import (
 // Endpoint is one backend server as this router replica sees it. It must not
 // be copied: every field that changes is an atomic read on the hot path.
 type Endpoint struct {
-	url    *url.URL
-	addr   string
-	weight int
+	url  *url.URL
+	addr string
+	// weight is the relative share for weighted policies; a reload may
+	// change it (the endpoint, its counters, health and drain stay).
+	weight atomic.Int64
 
 	inFlight atomic.Int64
 	requests atomic.Uint64
@@ -54,7 +56,9 @@ func NewEndpoint(rawURL string, weight int) (*Endpoint, error) {
 	if weight < 1 {
 		weight = 1
 	}
-	return &Endpoint{url: u, addr: u.String(), weight: weight}, nil
+	e := &Endpoint{url: u, addr: u.String()}
+	e.weight.Store(int64(weight))
+	return e, nil
 }
 
 // SetAPIKey sets the key the router presents to the backend as a bearer
@@ -84,7 +88,10 @@ func (e *Endpoint) URL() *url.URL { return e.url }
 func (e *Endpoint) Address() string { return e.addr }
 
 // Weight is the endpoint's relative share for weighted policies.
-func (e *Endpoint) Weight() int { return e.weight }
+func (e *Endpoint) Weight() int { return int(e.weight.Load()) }
+
+// SetWeight changes the endpoint's weight (values below 1 become 1).
+func (e *Endpoint) SetWeight(w int) { e.weight.Store(int64(max(w, 1))) }
 
 // InFlight is the number of requests this replica has open to the endpoint.
 func (e *Endpoint) InFlight() int64 { return e.inFlight.Load() }

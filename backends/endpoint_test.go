@@ -84,7 +84,10 @@ func TestRegistryKeepsEndpointsByAddress(t *testing.T) {
 	assert.Same(t, a1, a2)
 	a3, err := r.Get("http://a:1", 2)
 	require.NoError(t, err)
-	assert.NotSame(t, a1, a3, "a new weight is a new endpoint")
+	assert.Same(t, a1, a3, "a new weight is the same endpoint (SetWeight changes it)")
+	assert.Equal(t, 1, a3.Weight())
+	a3.SetWeight(0)
+	assert.Equal(t, 1, a3.Weight(), "at least 1")
 	_, err = r.Get("nope", 1)
 	assert.Error(t, err)
 }

@@ -92,13 +92,17 @@ func (r *Registry) Endpoints() []*Endpoint {
 	return out
 }
 
-// Get returns the endpoint for rawURL, creating it on first use.
+// Get returns the endpoint for rawURL, creating it with weight on first
+// use. An endpoint already known is returned as it is, whatever weight
+// says: a weight that changes is SetWeight's (until 2026-12-02 it made a
+// new endpoint, and a reload that changed a weight lost the backend's
+// drain, in-flight count, counters and health).
 func (r *Registry) Get(rawURL string, weight int) (*Endpoint, error) {
 	e, err := NewEndpoint(rawURL, weight)
 	if err != nil {
 		return nil, err
 	}
-	if old, ok := r.byAddr[e.Address()]; ok && old.weight == e.weight {
+	if old, ok := r.byAddr[e.Address()]; ok {
 		return old, nil
 	}
 	if r.breakers != nil {

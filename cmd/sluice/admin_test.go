@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -156,6 +157,34 @@ func TestAdminAPI(t *testing.T) {
 	assert.True(t, strings.HasPrefix(body, "# changed in "+path+" and waiting for a restart (shown as running): max_body_bytes\n"), body)
 	assert.Contains(t, body, "max_body_bytes: 10485760")
 	assert.Contains(t, logs.String(), "config changes that take effect on restart")
+
+	// A reload that changes a drained backend's weight keeps it drained,
+	// with its counters (it was a new endpoint: back in routing, counts
+	// at zero).
+	_, err = c.Completions.New(context.Background(), openai.CompletionNewParams{Model: "m",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}, MaxTokens: openai.Int(2)})
+	require.NoError(t, err)
+	code, _ = call("POST", "/admin/backends/drain", "admin-secret", `{"model":"m","url":"`+a.URL+`"}`)
+	require.Equal(t, http.StatusOK, code)
+	byURL := func() map[string]map[string]any {
+		out := map[string]map[string]any{}
+		for _, be := range backends() {
+			out[be["url"].(string)] = be
+		}
+		return out
+	}
+	before := byURL()[a.URL]
+	require.Positive(t, before["requests_total"])
+	weighted := strings.Replace(string(orig), "        api_key: backend-secret\n", "        api_key: backend-secret\n        weight: 5\n", 1)
+	require.NotEqual(t, string(orig), weighted)
+	require.NoError(t, os.WriteFile(path, []byte(weighted), 0o600))
+	code, body = call("POST", "/admin/reload", "admin-secret", "")
+	require.Equal(t, http.StatusOK, code, body)
+	after := byURL()[a.URL]
+	assert.EqualValues(t, 5, after["weight"])
+	assert.Equal(t, true, after["drained"], "still drained")
+	assert.Equal(t, false, after["in_routing"])
+	assert.Equal(t, before["requests_total"], after["requests_total"], "its counters kept")
 	stop()
 	require.NoError(t, <-done)
 	http.DefaultClient.CloseIdleConnections()

@@ -41,6 +41,8 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 	var all []*backends.Endpoint
 	seen := map[*backends.Endpoint]bool{}
 	keys := map[*backends.Endpoint]string{} // applied only when the whole config builds
+	weights := map[*backends.Endpoint]int{} // the same
+	weightAt := map[*backends.Endpoint]string{}
 	routes := make([]*router.Route, 0, len(c.Models))
 	for i, m := range c.Models {
 		p := fmt.Sprintf("models[%d]", i)
@@ -68,6 +70,14 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 				}
 			}
 			keys[e] = key
+			w := max(b.Weight, 1)
+			field := fmt.Sprintf("%s.backends[%d].weight", p, j)
+			if prev, ok := weights[e]; ok && prev != w {
+				errs = append(errs, &configs.FieldError{Field: field, Message: fmt.Sprintf(
+					"%d, but %s is %d for the same backend: a backend has one weight", w, weightAt[e], prev)})
+			} else if !ok {
+				weights[e], weightAt[e] = w, field
+			}
 			list = append(list, e)
 			if !seen[e] {
 				seen[e] = true
@@ -99,6 +109,9 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 	t, err := router.NewTable(routes)
 	if err != nil {
 		return nil, nil, err
+	}
+	for e, w := range weights {
+		e.SetWeight(w)
 	}
 	for e, k := range keys {
 		e.SetAPIKey(k)

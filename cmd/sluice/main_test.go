@@ -64,6 +64,16 @@ models:
       - url: http://127.0.0.1:2
 `, 1, []string{`models[0].policy: unknown policy "fastest"`, "models[1].params:", "field spread not found"}},
 		{"unknown key", "modles: []\n", 1, []string{"line 1 (modles): field modles not found"}},
+		{"one backend, two weights", `
+models:
+  - name: m
+    backends:
+      - url: http://127.0.0.1:1
+  - name: n
+    backends:
+      - url: http://127.0.0.1:1/
+        weight: 3
+`, 1, []string{"models[1].backends[0].weight: 3, but models[0].backends[0].weight is 1 for the same backend"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
