@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,4 +149,74 @@ limits:
 	assert.Zero(t, errs.Load(), "Redis down: served on each replica's share")
 	page := scrapeText(t, a) + scrapeText(t, b)
 	assert.Regexp(t, `sluice_admission_store_errors_total [1-9]`, page)
+}
+
+// TestReloadKeepsTheAdmissionQueue: a reload that leaves a model as it was
+// (here it adds another) keeps that model's gate: a request waiting there
+// is still counted, and a request after the reload still waits behind the
+// one holding the only slot. A new gate per reload hid the waiter and
+// granted the budget again beside the old gate's.
+func TestReloadKeepsTheAdmissionQueue(t *testing.T) {
+	var running atomic.Int32
+	_, url := slowWorkerBehind(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/chat/completions" {
+				running.Add(1)
+				defer running.Add(-1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	other := startWorker(t, "other")
+	cfg := "listen: 127.0.0.1:0\nscrape:\n  enabled: false\nmodels:\n  - name: m\n    admission:\n      max_in_flight_per_backend: 1\n    backends:\n      - url: " + url + "\n"
+	path := writeConfig(t, cfg)
+	ctx, stop := context.WithCancel(context.Background())
+	reload := make(chan os.Signal, 1)
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() {
+		done <- runServer(ctx, serverOptions{path: path, drain: time.Second, reload: reload, ready: ready,
+			log: slog.New(slog.NewTextHandler(&logs, nil))})
+	}()
+	addr := <-ready
+	c := client(addr)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	queued := func() float64 {
+		mfs := sluiceMetrics(t, tr, addr)
+		sum := 0.0
+		for _, m := range mfs["sluice_admission_queued_requests"].GetMetric() {
+			sum += m.GetGauge().GetValue()
+		}
+		return sum
+	}
+
+	holder := c.Chat.Completions.NewStreaming(context.Background(), chat("", 5000))
+	require.True(t, holder.Next(), "the first request holds the slot")
+	waited := make(chan error, 2)
+	go func() {
+		_, err := c.Chat.Completions.New(context.Background(), chat("", 2))
+		waited <- err
+	}()
+	require.Eventually(t, func() bool { return queued() == 1 }, 5*time.Second, 5*time.Millisecond)
+
+	require.NoError(t, os.WriteFile(path, []byte(cfg+"  - name: other\n    backends:\n      - url: "+other.URL+"\n"), 0o600))
+	reload <- syscall.SIGHUP
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "config reloaded") }, 5*time.Second, 5*time.Millisecond)
+	assert.EqualValues(t, 1, queued(), "the waiting request is still counted")
+	go func() {
+		_, err := c.Chat.Completions.New(context.Background(), chat("", 2))
+		waited <- err
+	}()
+	require.Eventually(t, func() bool { return queued() == 2 }, 5*time.Second, 5*time.Millisecond,
+		"a request after the reload waits behind the same slot")
+	assert.EqualValues(t, 1, running.Load(), "the backend runs one request, its budget")
+
+	require.NoError(t, holder.Close())
+	for range 2 {
+		assert.NoError(t, <-waited)
+	}
+	stop()
+	require.NoError(t, <-done)
 }

@@ -36,7 +36,31 @@ func newPolicyRegistry() (*policies.Registry, error) {
 // its endpoints (each once, for the load scraper). Endpoints come from eps,
 // so a reload keeps the counters and load of backends it keeps. Every
 // problem is reported, each naming its field.
-func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registry, shared *sharedAdmission) (*router.Table, []*backends.Endpoint, error) {
+// serving is the config and table a reload replaces.
+type serving struct {
+	cfg   *configs.Config
+	table *router.Table
+}
+
+// route returns the route serving model m, when m's config is the same as
+// when it was built: a reload keeps it (its admission queue with the
+// requests waiting there and the slots it granted, its policy's state).
+func (s *serving) route(m configs.Model) *router.Route {
+	if s == nil {
+		return nil
+	}
+	for _, pm := range s.cfg.Models {
+		if pm.Name == m.Name && sameYAML(pm, m) {
+			return s.table.Route(m.Name)
+		}
+	}
+	return nil
+}
+
+// buildTable builds c's routing table over the endpoints of eps; prev,
+// when set, is what serves now, whose routes are kept for the models c
+// leaves as they were.
+func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registry, shared *sharedAdmission, prev *serving) (*router.Table, []*backends.Endpoint, error) {
 	var errs []error
 	var all []*backends.Endpoint
 	seen := map[*backends.Endpoint]bool{}
@@ -85,6 +109,14 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 			}
 		}
 		if picker == nil || len(list) != len(m.Backends) {
+			continue
+		}
+		if kept := prev.route(m); kept != nil {
+			// Until 2026-12-02 every reload (a key rotated, a tier's limit
+			// changed) built each model a new gate: the requests waiting in
+			// the old one vanished from the metrics, and both gates granted
+			// the whole budget while the old one's requests ran.
+			routes = append(routes, kept)
 			continue
 		}
 		pool, err := backends.NewPool(m.Name, list)

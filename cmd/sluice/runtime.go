@@ -80,7 +80,7 @@ func (r *runtime) applyLocked(cfg *configs.Config, what string, attrs ...any) er
 		r.log.Error("config reload failed; keeping the running config", "change", what, "path", r.path, "err", err)
 		return err
 	}
-	t, endpoints, err := buildTable(cfg, r.reg, r.eps, r.shared)
+	t, endpoints, err := buildTable(cfg, r.reg, r.eps, r.shared, &serving{cfg: r.current, table: r.rt.Table()})
 	var dir *auth.Directory
 	if err == nil {
 		dir, err = buildTenants(cfg)

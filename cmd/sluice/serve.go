@@ -167,7 +167,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if err != nil {
 		return err
 	}
-	table, endpoints, err := buildTable(cfg, reg, eps, shared)
+	table, endpoints, err := buildTable(cfg, reg, eps, shared, nil)
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.path, err)
 	}

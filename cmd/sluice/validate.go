@@ -41,7 +41,7 @@ func loadAndBuild(path string) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = buildTable(c, reg, backends.NewRegistry(), nil)
+	_, _, err = buildTable(c, reg, backends.NewRegistry(), nil, nil)
 	return err
 }
 
