@@ -418,8 +418,11 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	returned := false // Forward returned rather than panicked
 	defer func() {
 		res := mw.Result()
-		if !returned && ctx.Err() != nil {
-			out.Class = backends.ClassClientGone // the client hung up mid-answer; the backend did nothing wrong
+		if !returned && (ctx.Err() != nil || res.ClientFailed) {
+			// The client hung up mid-answer, or stopped reading it past the
+			// write deadline: the backend did nothing wrong (a stalled
+			// client was counted a failure against its breaker).
+			out.Class = backends.ClassClientGone
 		}
 		fillOutcome(out, res)
 		rt.metrics.attempted(ep.Address(), out.Class.String())
@@ -625,6 +628,8 @@ func (rt *Router) finish(w http.ResponseWriter, r *http.Request, rec *requestRec
 	}
 	code, errCode := http.StatusOK, ""
 	switch {
+	case !rec.returned && rec.out.Class == backends.ClassClientGone: // the client left or stalled mid-answer
+		code, errCode = statusClientClosed, "client_closed"
 	case !rec.returned: // panicked: the answer was cut short
 		code, errCode = cmp.Or(rec.out.Status, http.StatusInternalServerError), "response_aborted"
 	case err != nil:

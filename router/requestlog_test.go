@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -359,4 +361,41 @@ func TestModelListAndUnservedPathsAreCounted(t *testing.T) {
 	}
 	assert.NotContains(t, page, "abc123", "a client's path is never a label")
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestAStalledClientIsLoggedAsGone: a client that stops reading a stream
+// (its connection open) loses it after the idle timeout; its line says
+// 499 client_closed, and the attempt counts as client_gone, not as the
+// backend's failure (it read 200 response_aborted, and the attempt
+// failed: a fault against the backend's breaker).
+func TestAStalledClientIsLoggedAsGone(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		event := []byte(`data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 8<<10) + `"}}]}` + "\n\n")
+		for r.Context().Err() == nil {
+			if _, err := w.Write(event); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var logs lockedBuffer
+	s := startSluice(t, router.Options{StreamIdleTimeout: 200 * time.Millisecond, RequestLog: slog.New(slog.NewJSONHandler(&logs, nil))},
+		routeSpec{model: model, urls: []string{srv.URL}})
+	conn, err := net.Dial("tcp", s.srv.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(4096))
+	body := `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	_, err = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: req-stall\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	require.NoError(t, err) // and never read
+
+	line := requestLine(t, &logs, "req-stall")
+	assert.EqualValues(t, 499, line["status"])
+	assert.Equal(t, "client_closed", line["error"])
+	page := scrape(t, s)
+	assert.Contains(t, page, `sluice_upstream_attempts_total{backend="`+srv.URL+`",outcome="client_gone"} 1`+"\n")
+	assert.NotContains(t, page, `outcome="failed"`)
 }

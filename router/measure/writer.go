@@ -45,6 +45,9 @@ type Result struct {
 	// usage counts too); it undercounts when events carry several tokens,
 	// and an OpenAI-style finish chunk with an empty delta adds one.
 	Relayed int
+	// ClientFailed is true when a write or flush to the client failed: it
+	// left, or stopped reading past the server's write deadline.
+	ClientFailed bool
 }
 
 // maxHold bounds the bytes of one event a Writer holds back while stripping;
@@ -69,6 +72,7 @@ type Writer struct {
 	body    jsonScanner
 	relayed int
 
+	failed  bool   // a write or flush to the client failed
 	holding bool   // inside an event that may be the usage chunk, not yet relayed
 	held    []byte // the bytes of that event from earlier Writes
 	dropLF  bool   // a dropped event ended with CR: drop an LF that follows
@@ -139,6 +143,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return w.writeStripping(p)
 	}
 	n, err := w.ResponseWriter.Write(p)
+	if err != nil {
+		w.failed = true
+	}
 	if n > 0 && w.status/100 == 2 {
 		now := w.clock()
 		w.relayedAt(now)
@@ -239,6 +246,9 @@ func (w *Writer) emit(b []byte, now time.Time) error {
 		return nil
 	}
 	n, err := w.ResponseWriter.Write(b)
+	if err != nil {
+		w.failed = true
+	}
 	if n > 0 {
 		w.relayedAt(now)
 	}
@@ -279,6 +289,9 @@ func (w *Writer) Finish() error {
 // FlushError flushes the wrapped writer, as http.ResponseController does.
 func (w *Writer) FlushError() error {
 	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if err != nil {
+		w.failed = true
+	}
 	if !w.flushed && !w.first.IsZero() {
 		w.flushed = true
 		if w.AfterFirstFlush != nil {
@@ -296,7 +309,7 @@ func (w *Writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Result reports what was measured so far; call it once the answer is done.
 func (w *Writer) Result() Result {
-	r := Result{Status: w.status, Stream: w.stream}
+	r := Result{Status: w.status, Stream: w.stream, ClientFailed: w.failed}
 	if w.status/100 != 2 || w.first.IsZero() {
 		return r
 	}
