@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -170,16 +169,8 @@ func TestReloadKeepsTheAdmissionQueue(t *testing.T) {
 	other := startWorker(t, "other")
 	cfg := "listen: 127.0.0.1:0\nscrape:\n  enabled: false\nmodels:\n  - name: m\n    admission:\n      max_in_flight_per_backend: 1\n    backends:\n      - url: " + url + "\n"
 	path := writeConfig(t, cfg)
-	ctx, stop := context.WithCancel(context.Background())
-	reload := make(chan os.Signal, 1)
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	var logs syncBuffer
-	go func() {
-		done <- runServer(ctx, serverOptions{path: path, drain: time.Second, reload: reload, ready: ready,
-			log: slog.New(slog.NewTextHandler(&logs, nil))})
-	}()
-	addr := <-ready
+	srv := serveReloadable(t, path)
+	addr, reload, logs := srv.addr, srv.reload, srv.logs
 	c := client(addr)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -217,6 +208,5 @@ func TestReloadKeepsTheAdmissionQueue(t *testing.T) {
 	for range 2 {
 		assert.NoError(t, <-waited)
 	}
-	stop()
-	require.NoError(t, <-done)
+	srv.stop()
 }

@@ -107,6 +107,55 @@ func TestExampleConfigsValidate(t *testing.T) {
 	}
 }
 
+// reloadable is a real server on the config at path that reloads on
+// reload, logging to logs; stop ends it and checks it returned cleanly.
+type reloadable struct {
+	addr   string
+	reload chan os.Signal
+	logs   *syncBuffer
+	stop   func()
+}
+
+func serveReloadable(t *testing.T, path string) *reloadable {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &reloadable{reload: make(chan os.Signal, 1), logs: &syncBuffer{}}
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverOptions{path: path, drain: 5 * time.Second, reload: s.reload, ready: ready,
+			log: slog.New(slog.NewTextHandler(s.logs, nil))})
+	}()
+	s.addr = <-ready
+	stopped := false
+	s.stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			require.NoError(t, <-done)
+		}
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+// complete sends a completion for model with key (none when empty) and
+// returns the answer's status.
+func (s *reloadable) complete(t *testing.T, model, key string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.addr+"/v1/completions",
+		strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":2}`))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
+}
+
 // TestServeAndReload runs the real server on loopback in front of a real
 // gpuworker, then reloads a config that adds a model, and one that is bad.
 func TestServeAndReload(t *testing.T) {
@@ -115,26 +164,10 @@ func TestServeAndReload(t *testing.T) {
 
 	cfg := "listen: 127.0.0.1:0\nmodels:\n  - name: a\n    backends:\n      - url: " + wsrv.URL + "\n"
 	path := writeConfig(t, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	reload := make(chan os.Signal, 1)
-	ready := make(chan string, 1)
-	var logs syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runServer(ctx, serverOptions{path: path, drain: 5 * time.Second, reload: reload, ready: ready,
-			log: slog.New(slog.NewTextHandler(&logs, nil))})
-	}()
-	addr := <-ready
-	client := &http.Client{Transport: &http.Transport{}}
-	defer client.CloseIdleConnections()
-	post := func(model string) int {
-		res, err := client.Post("http://"+addr+"/v1/completions", "application/json",
-			strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":2}`))
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
-	}
+	srv := serveReloadable(t, path)
+	reload, logs := srv.reload, srv.logs
+	defer http.DefaultClient.CloseIdleConnections()
+	post := func(model string) int { return srv.complete(t, model, "") }
 	assert.Equal(t, http.StatusOK, post("a"))
 	assert.Equal(t, http.StatusNotFound, post("b"))
 
@@ -151,9 +184,7 @@ func TestServeAndReload(t *testing.T) {
 	reload <- syscall.SIGHUP
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "keeping the running config") }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, http.StatusOK, post("a"))
-
-	cancel()
-	require.NoError(t, <-done)
+	srv.stop()
 }
 
 func TestServeFailsOnBadConfig(t *testing.T) {
@@ -184,31 +215,10 @@ func TestReloadKeepsKeysWhenTheFileLosesItsTenants(t *testing.T) {
 	path := tenantConfig(t, w.URL, "    requests_per_minute: 600\n", "  key_prefix: reload\n")
 	full, err := os.ReadFile(path)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	reload := make(chan os.Signal, 1)
-	ready := make(chan string, 1)
-	var logs syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runServer(ctx, serverOptions{path: path, drain: 5 * time.Second, reload: reload, ready: ready,
-			log: slog.New(slog.NewTextHandler(&logs, nil))})
-	}()
-	addr := <-ready
-	hc := &http.Client{Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	post := func(key string) int {
-		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/completions",
-			strings.NewReader(`{"model":"m","prompt":"hi","max_tokens":2}`))
-		require.NoError(t, err)
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		res, err := hc.Do(req)
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
-	}
+	srv := serveReloadable(t, path)
+	reload, logs := srv.reload, srv.logs
+	defer http.DefaultClient.CloseIdleConnections()
+	post := func(key string) int { return srv.complete(t, "m", key) }
 	require.Equal(t, http.StatusUnauthorized, post(""))
 	require.Equal(t, http.StatusOK, post("sk-acme"))
 
@@ -220,7 +230,5 @@ func TestReloadKeepsKeysWhenTheFileLosesItsTenants(t *testing.T) {
 	assert.Contains(t, logs.String(), "a reload does not turn authentication off")
 	assert.Equal(t, http.StatusUnauthorized, post(""), "keys are still asked for")
 	assert.Equal(t, http.StatusOK, post("sk-acme"))
-
-	cancel()
-	require.NoError(t, <-done)
+	srv.stop()
 }
