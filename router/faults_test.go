@@ -269,6 +269,8 @@ func TestTotalTimeoutPerModel(t *testing.T) {
 	defer res.Body.Close()
 	assert.Equal(t, http.StatusGatewayTimeout, res.StatusCode)
 	assert.Equal(t, "request_timeout", decodeError(t, res).Code)
+	assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+slow.srv.URL+`",outcome="request_timeout"} 1`,
+		"counted as the request's own time running out (it was client_gone)")
 
 	long := startWorkerOpts(t, gpuworker.Options{Model: model, Profile: "h100-llama3-8b", Speedup: 1})
 	s = startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{long.srv.URL}, total: 300 * time.Millisecond})

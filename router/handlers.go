@@ -461,6 +461,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		return nil
 	}
 	out.Class = classify(err, mw.Result().Status)
+	if out.Class == backends.ClassClientGone && errors.Is(context.Cause(r.Context()), proxy.ErrTotalTimeout) {
+		out.Class = backends.ClassRequestTimeout // before the answer started: the client had not left either
+	}
 	if err == nil && ep.MarkHealthy() {
 		rt.log.Info("backend reachable again", "backend", ep.Address())
 	}

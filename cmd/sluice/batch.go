@@ -93,8 +93,8 @@ func batchOwner(ctx context.Context) batch.Owner {
 // runAsTenant runs a batch line as its tenant (the router's directory
 // resolves the name, so its current limits apply) and marked as a batch
 // line, which admission runs only in what other requests leave.
-func runAsTenant(ctx context.Context, tenant string) context.Context {
-	ctx = admission.WithBatch(ctx)
+func runAsTenant(ctx context.Context, tenant string, draining <-chan struct{}) context.Context {
+	ctx = admission.WithBatch(ctx, draining)
 	if tenant == "" {
 		return ctx
 	}

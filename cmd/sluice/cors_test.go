@@ -4,7 +4,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -71,4 +73,44 @@ func TestCORSLetsAllowedPagesCall(t *testing.T) {
 	res = do(http.MethodOptions, "/v1/chat/completions", "https://app.example.com", "", preflight)
 	assert.Equal(t, http.StatusMethodNotAllowed, res.StatusCode, "off by default")
 	assert.Empty(t, res.Header.Get("Access-Control-Allow-Origin"))
+}
+
+// TestBackendsCORSHeadersAreNotRelayed: a backend that answers CORS itself
+// (vLLM allows "*" by default) does not add a second
+// Access-Control-Allow-Origin, which browsers refuse, nor open CORS on a
+// router that has it off; it never sees the client's Origin.
+func TestBackendsCORSHeadersAreNotRelayed(t *testing.T) {
+	var origins atomic.Int32
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Origin") != "" {
+			origins.Add(1)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		w.Header().Set("Access-Control-Allow-Credentials", "true")
+		w.Header().Set("Access-Control-Expose-Headers", "X-Backend-Secret")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"text_completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}))
+	t.Cleanup(backend.Close)
+	base := "scrape:\n  enabled: false\nmodels:\n  - name: m\n    backends:\n      - url: " + backend.URL + "\n"
+	for _, cors := range []string{"cors:\n  allowed_origins: [\"https://app.example.com\"]\n", ""} {
+		addr, tr, _ := serveE2E(t, "listen: 127.0.0.1:0\n"+cors+base, slog.New(slog.DiscardHandler))
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"hi"}`))
+		require.NoError(t, err)
+		req.Header.Set("Origin", "https://app.example.com")
+		res, err := (&http.Client{Transport: tr}).Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		if cors == "" {
+			assert.Empty(t, res.Header.Values("Access-Control-Allow-Origin"), "CORS off: none, the backend's neither")
+		} else {
+			assert.Equal(t, []string{"https://app.example.com"}, res.Header.Values("Access-Control-Allow-Origin"), "one value, the router's")
+		}
+		assert.Empty(t, res.Header.Values("Access-Control-Allow-Credentials"))
+		assert.NotContains(t, strings.Join(res.Header.Values("Access-Control-Expose-Headers"), ","), "X-Backend-Secret")
+	}
+	assert.Zero(t, origins.Load(), "the backend never sees the client's Origin")
 }

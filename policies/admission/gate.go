@@ -147,11 +147,26 @@ type Request struct {
 
 type batchKey struct{}
 
-// WithBatch marks ctx's request as a Batch API line (Request.Batch).
-func WithBatch(ctx context.Context) context.Context { return context.WithValue(ctx, batchKey{}, true) }
+// batchMark is WithBatch's value: stop, when not nil, closes when the
+// line should give up waiting.
+type batchMark struct{ stop <-chan struct{} }
+
+// WithBatch marks ctx's request as a Batch API line (Request.Batch). A
+// line still waiting in the queue when stop closes (its runner is shutting
+// down) leaves it, shed ("shutting down"), so that it is given back rather
+// than started in the drain and cut; a nil stop never closes.
+func WithBatch(ctx context.Context, stop <-chan struct{}) context.Context {
+	return context.WithValue(ctx, batchKey{}, batchMark{stop: stop})
+}
 
 // IsBatch reports whether WithBatch marked ctx.
-func IsBatch(ctx context.Context) bool { v, _ := ctx.Value(batchKey{}).(bool); return v }
+func IsBatch(ctx context.Context) bool { _, ok := ctx.Value(batchKey{}).(batchMark); return ok }
+
+// batchStop is WithBatch's stop for ctx (nil when none).
+func batchStop(ctx context.Context) <-chan struct{} {
+	m, _ := ctx.Value(batchKey{}).(batchMark)
+	return m.stop
+}
 
 // Gate is one pool's admission queue with late binding: a request is bound
 // to an endpoint (by the pool's Picker, over the endpoints with room) only
@@ -339,6 +354,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 		defer tick.Stop()
 		poll = tick.C
 	}
+	stop := batchStop(ctx)
 	for waiting := true; waiting; {
 		select {
 		case res = <-w.ready:
@@ -350,6 +366,11 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 				g.unbind(res, &r) // bound as the client left: give the slot back
 			}
 			return nil, ctx.Err()
+		case <-stop:
+			if res, ok := g.leave(w); ok && res.ep != nil {
+				g.unbind(res, &r)
+			}
+			return nil, g.shedError(r.Class, "shutting down")
 		case <-timer.C:
 			var ok bool
 			if res, ok = g.leave(w); !ok {

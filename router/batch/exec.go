@@ -112,7 +112,7 @@ func (r *Runner) execute(t task) (res Result, v verdict, wait time.Duration) {
 		res.ErrCode, res.ErrMessage = "invalid_body", "body: "+jsonProblem(err)
 		return res, recorded, 0
 	}
-	req, err := http.NewRequestWithContext(r.o.RunAs(t.ctx, t.b.Owner), http.MethodPost, line.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(r.o.RunAs(t.ctx, t.b.Owner, r.draining), http.MethodPost, line.URL, bytes.NewReader(body))
 	if err != nil {
 		res.ErrCode, res.ErrMessage = "invalid_url", err.Error()
 		return res, recorded, 0

@@ -194,8 +194,8 @@ func ownerOf(ctx context.Context) batch.Owner {
 		NoFlex: len(t.Classes) > 0 && !slices.Contains(t.Classes, "flex")}
 }
 
-func runAs(ctx context.Context, tenant string) context.Context {
-	ctx = admission.WithBatch(ctx)
+func runAs(ctx context.Context, tenant string, draining <-chan struct{}) context.Context {
+	ctx = admission.WithBatch(ctx, draining)
 	if tenant == "" {
 		return ctx
 	}

@@ -40,10 +40,11 @@ type RunnerOptions struct {
 	Handler http.Handler
 	// RunAs returns ctx carrying tenant as the identity the Handler
 	// authenticates (auth.WithTenant), and marked as a batch line
-	// (admission.WithBatch: it runs only in what other requests leave).
-	// Nil: lines run with no tenant and unmarked, as on a router without
-	// tenants.
-	RunAs func(ctx context.Context, tenant string) context.Context
+	// (admission.WithBatch: it runs only in what other requests leave,
+	// and gives up waiting for admission when draining closes, as the
+	// runner's drain starts). Nil: lines run with no tenant and unmarked,
+	// as on a router without tenants.
+	RunAs func(ctx context.Context, tenant string, draining <-chan struct{}) context.Context
 	// Concurrency bounds the lines this runner has in flight. Default 64.
 	Concurrency int
 	// Interval is how often the runner looks at the batches (validates new
@@ -92,6 +93,8 @@ type Runner struct {
 
 	busy  atomic.Int64
 	freed chan struct{}
+	// draining closes as the drain starts (RunAs passes it on).
+	draining chan struct{}
 
 	lines    *prometheus.CounterVec // outcome
 	inFlight prometheus.GaugeFunc
@@ -139,9 +142,9 @@ func NewRunner(s *Service, o RunnerOptions) (*Runner, error) {
 	o.MaxAttempts = cmp.Or(o.MaxAttempts, DefaultMaxAttempts)
 	o.Holder = cmp.Or(o.Holder, newID("runner-"))
 	if o.RunAs == nil {
-		o.RunAs = func(ctx context.Context, _ string) context.Context { return ctx }
+		o.RunAs = func(ctx context.Context, _ string, _ <-chan struct{}) context.Context { return ctx }
 	}
-	r := &Runner{s: s, o: o, freed: make(chan struct{}, 1), inputs: map[string]*input{},
+	r := &Runner{s: s, o: o, freed: make(chan struct{}, 1), draining: make(chan struct{}), inputs: map[string]*input{},
 		running: map[string]map[int]context.CancelFunc{}, attempts: map[lineKey]int{}, flows: map[string]*flow{}, held: map[string]time.Time{}}
 	r.lines = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_batch_lines_total",
@@ -207,6 +210,7 @@ func (r *Runner) Run(ctx context.Context) error {
 // claims, then stops the rest.
 func (r *Runner) drain(stop context.CancelFunc) {
 	defer stop()
+	close(r.draining) // lines still waiting for admission give up: they are given back, not started and cut
 	if r.busy.Load() == 0 || r.o.Drain <= 0 {
 		return
 	}

@@ -237,9 +237,12 @@ func TestStopLetsRunningLinesFinish(t *testing.T) {
 			ctx := context.Background()
 			acme := f.client(t, "sk-acme")
 			b := create(t, acme, upload(t, acme, chatLines(20, model, 30)).ID, openai.BatchNewParamsEndpointV1ChatCompletions)
+			// The gate runs one line at a time: of the two in flight, one
+			// runs and one waits for admission.
 			require.Eventually(t, func() bool {
 				return linesTotal(t, f, "completed") >= 1 && linesInFlight(t, f) == 2
 			}, 20*time.Second, time.Millisecond)
+			done, refused := linesTotal(t, f, "completed"), linesTotal(t, f, "no_capacity")
 			f.stopRunner()
 			mid, err := acme.Batches.Get(ctx, b.ID)
 			require.NoError(t, err)
@@ -251,6 +254,10 @@ func TestStopLetsRunningLinesFinish(t *testing.T) {
 			}
 			assert.Zero(t, linesTotal(t, f, "stopped"), "the lines running finished")
 			assert.EqualValues(t, linesTotal(t, f, "completed"), mid.RequestCounts.Completed, "and were recorded")
+			// The line waiting for admission gave up at once, rather than
+			// start in the drain (and be cut when a longer one ran out).
+			assert.LessOrEqual(t, linesTotal(t, f, "completed")-done, 1.0, "only the line running finished")
+			assert.Equal(t, refused+1, linesTotal(t, f, "no_capacity"), "the line waiting was given back")
 			assert.Less(t, mid.RequestCounts.Completed, int64(20), "no line started after the stop")
 		})
 	}

@@ -268,7 +268,8 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// it first answers 100 Continue, which the ReverseProxy relays with
 	// the headers set so far and then clears them (the final answer lost
 	// its X-Request-Id and x-ratelimit-* headers).
-	for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding", "Expect"} {
+	// Origin too: CORS is answered here, not by the backend.
+	for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding", "Expect", "Origin"} {
 		delete(h, k)
 	}
 	if a.Authorization != "" {
@@ -309,7 +310,12 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	}
 	for k := range res.Header {
 		// The router owns the request ID; a backend's own must not duplicate it.
-		if k == "X-Request-Id" || k == "Set-Cookie" || k == "Server" || strings.HasPrefix(k, "X-Ratelimit-") {
+		// CORS is the router's too (cors.allowed_origins): a backend's
+		// Access-Control-* (vLLM allows "*" by default) made two
+		// Access-Control-Allow-Origin values, which browsers refuse, and
+		// allowed every origin with the router's CORS off.
+		if k == "X-Request-Id" || k == "Set-Cookie" || k == "Server" || strings.HasPrefix(k, "X-Ratelimit-") ||
+			strings.HasPrefix(k, "Access-Control-") {
 			delete(res.Header, k) // the transport's keys are canonical
 		}
 	}
