@@ -44,8 +44,12 @@ const maxChoices = 128
 // is read once: jsonscan.Object validates it (as json.Valid would, several
 // times faster) while it hands over the top-level members, so the messages
 // are skipped without being decoded; only the few members routing reads
-// are decoded. Keys match exactly, as OpenAI-compatible servers read them;
-// with duplicate keys the last wins.
+// are decoded. Keys match exactly, as OpenAI-compatible servers read them.
+// A member routing reads may appear once, its name unescaped: a backend
+// decodes "m\u0061x_tokens" as max_tokens, and with duplicates takes the
+// last or the first, so either let a request pass the limits as one thing
+// and run as another (until 2026-12-02: 16 times a daily quota in one
+// request, another model than the tier's on a backend serving several).
 func parseInference(body []byte) (parsed, error) {
 	var (
 		// The request and the members decoded through pointers, in one
@@ -82,7 +86,11 @@ func parseInference(body []byte) (parsed, error) {
 				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", field, want, got))
 		}
 	}
+	var seen uint16 // the routing members met, by routingMember
 	valid := jsonscan.ObjectTokens(body, func(key, val []byte, n int) {
+		if err == nil {
+			err = checkMember(key, &seen)
+		}
 		switch string(key) {
 		case "model":
 			decode("model", val, &p.model)
@@ -306,4 +314,38 @@ func decodeSimple(val []byte, into any) bool {
 func bodyTooLarge(limit int64) *APIError {
 	return &APIError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
 		Message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit)}
+}
+
+// routingMembers are the members parseInference reads.
+var routingMembers = [...]string{"model", "stream", "max_tokens", "max_completion_tokens", "n", "user",
+	"stream_options", "service_tier", "messages", "prompt", "input"}
+
+// checkMember refuses a second routing member of one name, or one whose
+// name is escaped (a backend would read it as that member, Sluice would
+// not); seen holds the routing members met so far.
+func checkMember(key []byte, seen *uint16) error {
+	name := key
+	escaped := bytes.IndexByte(key, '\\') >= 0
+	if escaped {
+		var s string
+		if json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &s) != nil {
+			return nil // not valid JSON: the check says so
+		}
+		name = []byte(s)
+	}
+	for i, m := range routingMembers {
+		if string(name) != m {
+			continue
+		}
+		if escaped {
+			return badRequest(m, "invalid_value", fmt.Sprintf(
+				"Invalid parameter name '%s': write '%s' without escapes.", echo(string(key)), m))
+		}
+		if *seen&(1<<i) != 0 {
+			return badRequest(m, "invalid_value", fmt.Sprintf("Duplicate parameter '%s': send it once.", m))
+		}
+		*seen |= 1 << i
+		return nil
+	}
+	return nil
 }

@@ -87,6 +87,38 @@ func TestNumberErrorsReadAsOpenAIs(t *testing.T) {
 	}
 }
 
+// TestRoutingMembersAreReadOnce: a member routing reads, escaped or sent
+// twice, would reach a backend as something else than Sluice checked
+// ("m\u0061x_tokens" passed the limits unread and ran as max_tokens);
+// such a body is refused, naming the member. Other members are the
+// backend's business, escaped or not.
+func TestRoutingMembersAreReadOnce(t *testing.T) {
+	for _, tt := range []struct{ body, param, msg string }{
+		{`{"model":"m","m\u0061x_tokens":2000}`, "max_tokens", `Invalid parameter name 'm\u0061x_tokens': write 'max_tokens' without escapes.`},
+		{`{"model":"m","\u006e":8}`, "n", `Invalid parameter name '\u006e': write 'n' without escapes.`},
+		{`{"model":"fake","mod\u0065l":"llama"}`, "model", `Invalid parameter name 'mod\u0065l': write 'model' without escapes.`},
+		{`{"model":"m","messages":[],"m\u0065ssages":[{"role":"user","content":"long"}]}`, "messages", `Invalid parameter name 'm\u0065ssages': write 'messages' without escapes.`},
+		{`{"model":"fake","model":"llama"}`, "model", `Duplicate parameter 'model': send it once.`},
+		{`{"model":"m","max_tokens":1,"max_tokens":2000}`, "max_tokens", `Duplicate parameter 'max_tokens': send it once.`},
+	} {
+		_, err := parseInference([]byte(tt.body))
+		require.Error(t, err, tt.body)
+		apiErr := errorFor(err)
+		assert.Equal(t, 400, apiErr.Status, tt.body)
+		assert.Equal(t, "invalid_value", apiErr.Code, tt.body)
+		assert.Equal(t, tt.param, apiErr.Param, tt.body)
+		assert.Equal(t, tt.msg, apiErr.Message, tt.body)
+	}
+	for _, body := range []string{
+		`{"model":"m","\u00e9t\u00e9":1,"x":1,"x":2}`,                    // not routing members
+		`{"model":"m","metadata":{"m\u006fdel":"x","model":"y"}}`,        // nested: not top level
+		`{"model":"m","messages":[{"role":"user","c\u006fntent":"hi"}]}`, // the backend's to check
+	} {
+		_, err := parseInference([]byte(body))
+		assert.NoError(t, err, body)
+	}
+}
+
 func FuzzParseInference(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","messages":[]}`, `{"model":""}`, `{"model":1}`, `[]`, `{`, ``, `null`,
