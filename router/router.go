@@ -366,6 +366,22 @@ func (rt *Router) batchAPI(w http.ResponseWriter, r *http.Request) {
 	rec.tenant = t
 	if t != nil {
 		r = r.WithContext(auth.WithTenant(r.Context(), t))
+		if r.Method == http.MethodPost && rt.limiter != nil {
+			// An upload, a batch created or cancelled: one request against
+			// the tenant's request rate and concurrency (uploads were
+			// unlimited: 1,000 in 2 s from a key with a burst of 100, and
+			// thousands held open at once).
+			res, err := rt.limiter.Reserve(r.Context(), t.Name, t.Limits, quota.Amount{Requests: 1})
+			if err != nil {
+				var re *quota.RejectError
+				if errors.As(err, &re) {
+					setRateHeaders(sw.Header(), re.Decision)
+				}
+				writeError(sw, errorFor(err))
+				return
+			}
+			defer rt.limiter.Settle(res, quota.Amount{Requests: 1})
+		}
 	}
 	rt.batch.ServeHTTP(sw, r)
 }

@@ -70,7 +70,7 @@ func newBatchAPI(c *configs.Config, redisURL string, log *slog.Logger) (*batchAP
 	svc, err := batch.New(batch.Options{
 		Store: store, Dir: filepath.Join(b.DataDir, "files"), Owner: batchOwner,
 		MaxFileBytes: b.MaxFileBytes, MaxLines: b.MaxLines, CompletionWindow: b.CompletionWindow.Std(),
-		QueuedTokens: b.QueuedTokens, Logger: log,
+		QueuedTokens: b.QueuedTokens, Logger: log, UploadIdle: c.BodyReadTimeout.Std(),
 	})
 	if err != nil {
 		return nil, errors.Join(err, closeStore())

@@ -39,6 +39,11 @@ type Options struct {
 	MaxFileBytes int64
 	// MaxLines caps the requests in one input file. Default 50,000.
 	MaxLines int
+	// UploadIdle bounds an upload's pace: it must bring UploadStep bytes
+	// (64 KiB) within each UploadIdle, or it ends with 408 and its
+	// connection closes. An upload that keeps coming may take as long as
+	// it needs. Default 30s (cmd/sluice passes body_read_timeout).
+	UploadIdle time.Duration
 	// CompletionWindow is how long a batch may run before it expires
 	// (clients ask for "24h", the only window OpenAI offers). Default 24h.
 	CompletionWindow time.Duration
@@ -74,9 +79,10 @@ func New(o Options) (*Service, error) {
 	if o.Dir == "" {
 		return nil, errors.New("batch: no Dir")
 	}
-	if o.MaxFileBytes < 0 || o.MaxLines < 0 || o.CompletionWindow < 0 {
-		return nil, errors.New("batch: MaxFileBytes, MaxLines and CompletionWindow must not be negative")
+	if o.MaxFileBytes < 0 || o.MaxLines < 0 || o.CompletionWindow < 0 || o.UploadIdle < 0 {
+		return nil, errors.New("batch: MaxFileBytes, MaxLines, CompletionWindow and UploadIdle must not be negative")
 	}
+	o.UploadIdle = cmp.Or(o.UploadIdle, DefaultUploadIdle)
 	o.MaxFileBytes = cmp.Or(o.MaxFileBytes, DefaultMaxFileBytes)
 	o.MaxLines = cmp.Or(o.MaxLines, DefaultMaxLines)
 	o.CompletionWindow = cmp.Or(o.CompletionWindow, DefaultCompletionWindow)

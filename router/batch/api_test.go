@@ -1,18 +1,25 @@
 package batch_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-llm/sluice/policies/quota"
+	"github.com/sluice-llm/sluice/router/auth"
+	"github.com/sluice-llm/sluice/router/batch"
 )
 
 // TestEndToEnd drives a batch with the official client: upload, create,
@@ -274,4 +281,75 @@ func TestBadRequests(t *testing.T) {
 	got, err := acme.Files.Get(ctx, good.ID)
 	require.NoError(t, err)
 	assert.Equal(t, good.Bytes, got.Bytes)
+}
+
+// TestStalledUploadEnds: an upload that stops coming ends with 408 after
+// UploadIdle (it held its socket and temporary file for good), while one
+// that keeps coming, however long it takes in all, is stored.
+func TestStalledUploadEnds(t *testing.T) {
+	f := start(t, setup{svc: batch.Options{UploadIdle: 300 * time.Millisecond}})
+	head := func(conn net.Conn, length int) {
+		_, err := fmt.Fprintf(conn, "POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-acme\r\n"+
+			"Content-Type: multipart/form-data; boundary=B\r\nContent-Length: %d\r\n\r\n", length)
+		require.NoError(t, err)
+	}
+	line := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"` + model + `","messages":[]}}` + "\n"
+	body := "--B\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n" +
+		"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n" +
+		strings.Repeat(line, 4000) + "\r\n--B--\r\n"
+
+	stalled, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stalled.Close() })
+	head(stalled, len(body))
+	_, err = io.WriteString(stalled, body[:100]) // then nothing
+	require.NoError(t, err)
+	require.NoError(t, stalled.SetReadDeadline(time.Now().Add(10*time.Second)))
+	res, err := http.ReadResponse(bufio.NewReader(stalled), nil)
+	require.NoError(t, err, "answered, not held")
+	assert.Equal(t, http.StatusRequestTimeout, res.StatusCode)
+	assert.Contains(t, apiErrorBody(t, res), "The upload stalled")
+
+	steady, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = steady.Close() })
+	head(steady, len(body))
+	start := time.Now()
+	for rest := body; rest != ""; { // 64 KiB every 150 ms: longer in all than UploadIdle
+		n := min(len(rest), 64<<10)
+		_, err = io.WriteString(steady, rest[:n])
+		require.NoError(t, err)
+		rest = rest[n:]
+		if rest != "" {
+			time.Sleep(150 * time.Millisecond)
+		}
+	}
+	res, err = http.ReadResponse(bufio.NewReader(steady), nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, res.StatusCode, apiErrorBody(t, res))
+	assert.Greater(t, time.Since(start), 300*time.Millisecond)
+}
+
+func apiErrorBody(t *testing.T, res *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	res.Body.Close()
+	return string(b)
+}
+
+// TestUploadsCountAgainstTheTenantsLimits: an upload is a request to the
+// tenant's rate limit (they were unlimited).
+func TestUploadsCountAgainstTheTenantsLimits(t *testing.T) {
+	f := start(t, setup{tenants: []*auth.Tenant{{Name: "acme", Tier: "free", Models: []string{model}, DefaultMaxTokens: 16,
+		Limits: quota.Limits{RequestsPerMinute: 6, RequestBurst: 2}}}})
+	acme := f.client(t, "sk-acme")
+	upload(t, acme, chatLines(1, model, 4))
+	upload(t, acme, chatLines(1, model, 4))
+	_, err := acme.Files.New(context.Background(), openai.FileNewParams{File: openai.File(strings.NewReader(chatLines(1, model, 4)), "in.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch})
+	apiError(t, err, http.StatusTooManyRequests, "rate_limit_exceeded")
+	list, err := acme.Files.List(context.Background(), openai.FileListParams{})
+	require.NoError(t, err, "reading is not limited")
+	assert.Len(t, list.Data, 2)
 }

@@ -141,13 +141,13 @@ func TestNoCapacityIsNoFailure(t *testing.T) {
 func TestTenantLimits(t *testing.T) {
 	f := start(t, setup{tenants: []*auth.Tenant{
 		{Name: "acme", Tier: "pro", DefaultMaxTokens: 16,
-			Limits: quota.Limits{RequestsPerMinute: 1200, RequestBurst: 1}},
+			Limits: quota.Limits{RequestsPerMinute: 1200, RequestBurst: 2}}, // the upload and the create count too
 		{Name: "strict", Tier: "interactive", DefaultMaxTokens: 16, Classes: []string{"default"}},
 	}})
 	acme, strict := f.client(t, "sk-acme"), f.client(t, "sk-strict")
 	b := create(t, acme, upload(t, acme, chatLines(8, model, 4)).ID, openai.BatchNewParamsEndpointV1ChatCompletions)
 	b = await(t, acme, b.ID, openai.BatchStatusCompleted)
-	assert.EqualValues(t, 8, b.RequestCounts.Completed, "20 requests a second, one at a time: all pass, later")
+	assert.EqualValues(t, 8, b.RequestCounts.Completed, "20 requests a second, two at a time: all pass, later")
 	assert.Zero(t, b.RequestCounts.Failed)
 
 	_, err := strict.Batches.New(context.Background(), openai.BatchNewParams{InputFileID: upload(t, strict, chatLines(1, model, 4)).ID,

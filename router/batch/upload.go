@@ -4,9 +4,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // multipartSlack is what a multipart upload may add to the file's own
@@ -21,7 +23,8 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 	if r.ContentLength > limit+multipartSlack {
 		return tooLarge(limit)
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, limit+multipartSlack)
+	pace := &paced{r: r.Body, rc: http.NewResponseController(w), idle: s.o.UploadIdle}
+	r.Body = http.MaxBytesReader(w, pace, limit+multipartSlack)
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return badRequest("file", "invalid_request", "Upload the file as multipart/form-data with fields file and purpose.")
@@ -42,13 +45,13 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 			break
 		}
 		if perr != nil {
-			return uploadError(perr, limit)
+			return uploadError(perr, limit, s.o.UploadIdle)
 		}
 		switch part.FormName() {
 		case "purpose":
 			b, rerr := io.ReadAll(io.LimitReader(part, 64))
 			if rerr != nil {
-				return uploadError(rerr, limit)
+				return uploadError(rerr, limit, s.o.UploadIdle)
 			}
 			purpose = strings.TrimSpace(string(b))
 		case "file":
@@ -58,14 +61,15 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 			id = newID("file-")
 			filename = filepath.Base(part.FileName())
 			if size, lines, err = s.blobs.put(id, part, limit); err != nil {
-				return uploadError(err, limit)
+				return uploadError(err, limit, s.o.UploadIdle)
 			}
 		default:
 			if _, derr := io.Copy(io.Discard, part); derr != nil {
-				return uploadError(derr, limit)
+				return uploadError(derr, limit, s.o.UploadIdle)
 			}
 		}
 	}
+	_ = pace.rc.SetReadDeadline(time.Time{}) // read whole: the connection may serve the next request
 	switch {
 	case id == "":
 		return badRequest("file", "missing_required_parameter", "Missing required parameter: 'file'.")
@@ -96,10 +100,14 @@ func tooLarge(limit int64) *apiError {
 
 // uploadError names what went wrong reading an upload: too large, or a
 // body that is not a well-formed multipart form.
-func uploadError(err error, limit int64) error {
+func uploadError(err error, limit int64, idle time.Duration) error {
 	var mb *http.MaxBytesError
 	if errors.Is(err, errTooLarge) || errors.As(err, &mb) {
 		return tooLarge(limit)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &apiError{status: http.StatusRequestTimeout, typ: typeInvalidRequest, code: "request_timeout",
+			message: "The upload stalled: it must bring " + formatBytes(UploadStep) + " at least every " + idle.String() + "."}
 	}
 	var we *diskError
 	if errors.As(err, &we) {
@@ -116,4 +124,43 @@ func formatBytes(n int64) string {
 		return strconv.FormatInt(n>>10, 10) + " KiB"
 	}
 	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// UploadStep is what an upload must bring within each Options.UploadIdle.
+const UploadStep = 64 << 10
+
+// DefaultUploadIdle is Options.UploadIdle's default.
+const DefaultUploadIdle = 30 * time.Second
+
+// paced reads an upload under a read deadline that moves UploadIdle on
+// each time UploadStep bytes have come: a stalled upload (one byte every
+// few seconds) ends, where one without a deadline held its socket and its
+// temporary file for good (one key held 9,850 such uploads, near the
+// process's open-file limit).
+type paced struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	idle  time.Duration
+	armed bool
+	got   int64 // since the deadline last moved
+}
+
+func (p *paced) Read(b []byte) (int, error) {
+	if !p.armed {
+		p.armed = true
+		_ = p.rc.SetReadDeadline(time.Now().Add(p.idle))
+	}
+	n, err := p.r.Read(b)
+	if p.got += int64(n); p.got >= UploadStep {
+		p.got = 0
+		_ = p.rc.SetReadDeadline(time.Now().Add(p.idle))
+	}
+	return n, err
+}
+
+func (p *paced) Close() error {
+	if c, ok := p.r.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
