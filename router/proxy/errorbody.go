@@ -60,15 +60,27 @@ func errorBody(status int, raw []byte, complete bool) []byte {
 	if complete && json.Unmarshal(raw, &v) == nil {
 		var inner struct {
 			Message *string `json:"message"`
+			Type    string  `json:"type"`
+			Param   any     `json:"param"`
+			Code    any     `json:"code"`
 		}
 		var text string
 		switch {
 		case json.Unmarshal(v.Error, &inner) == nil && inner.Message != nil:
-			return nil // {"error":{"message",...}}: OpenAI's
+			if status < 500 {
+				return nil // {"error":{"message",...}}: OpenAI's
+			}
+			// A 5xx's message is the backend's inside (a connection
+			// string, a node, a secret in an exception), not the client's
+			// business in any shape: its type and code are kept.
+			typ, v.Param, v.Code = inner.Type, inner.Param, inner.Code
 		case json.Unmarshal(v.Error, &text) == nil: // TGI
 			msg, typ = text, v.ErrorType
 		case v.Message != nil: // vLLM, SGLang
 			msg, typ = *v.Message, v.Type
+		}
+		if status >= 500 {
+			msg = ""
 		}
 		if s, ok := v.Param.(string); ok {
 			param = s

@@ -33,6 +33,11 @@ func TestErrorBodyIsOpenAIShaped(t *testing.T) {
 			fields{Message: "no such model", Type: "not_found_error", Param: ptr("model"), Code: ptr("model_not_found")}},
 		{"4xx text", 400, "Bad request: prompt too long\n", fields{Message: "Bad request: prompt too long", Type: "invalid_request_error"}},
 		{"5xx text hidden", 500, "Internal Server Error: CUDA OOM at node gpu-17", fields{Message: "The backend answered 500 Internal Server Error.", Type: "server_error"}},
+		// Any shape's 5xx message (all were relayed until 2026-12-02).
+		{"vLLM 5xx message hidden", 500, `{"object":"error","message":"vllm internal secret=sk-backend-SECRET","type":"InternalServerError","code":500}`,
+			fields{Message: "The backend answered 500 Internal Server Error.", Type: "server_error"}},
+		{"OpenAI-shaped 5xx message hidden, its type and code kept", 503, `{"error":{"message":"connect to postgres://admin:s3cr3t@10.0.0.5/db failed","type":"server_error","param":null,"code":"overloaded"}}`,
+			fields{Message: "The backend answered 503 Service Unavailable.", Type: "server_error", Code: ptr("overloaded")}},
 		{"empty", 503, "", fields{Message: "The backend answered 503 Service Unavailable.", Type: "server_error"}},
 	}
 	for _, tt := range tests {
