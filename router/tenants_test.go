@@ -224,6 +224,7 @@ func TestClientCredentialsStayWithSluice(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer sk-acme")
 	req.Header.Set("Cookie", "sid=client")
 	req.Header.Set("OpenAI-Organization", "org-client")
+	req.Header.Set("X-Api-Key", "sk-someone-elses") // a credential of some kind: never passed on
 	req.Header.Set("X-Forwarded-For", "203.0.113.9")
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
@@ -239,6 +240,7 @@ func TestClientCredentialsStayWithSluice(t *testing.T) {
 	assert.Equal(t, "Bearer backend-secret", seen.Get("Authorization"))
 	assert.Empty(t, seen.Get("Cookie"))
 	assert.Empty(t, seen.Get("OpenAI-Organization"))
+	assert.Empty(t, seen.Get("X-Api-Key"))
 	assert.Equal(t, []string{"127.0.0.1"}, seen.Values("X-Forwarded-For"))
 	assert.Equal(t, []string{strings.TrimPrefix(s.srv.URL, "http://")}, seen.Values("X-Forwarded-Host"))
 	assert.Equal(t, []string{"http"}, seen.Values("X-Forwarded-Proto"))

@@ -63,7 +63,13 @@ func Handler(rt Runtime, token string, status *Monitor) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	auth := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			got, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+			// The scheme's case is free (RFC 9110), as on the API's listener.
+			got := req.Header.Get("Authorization")
+			if len(got) > len("Bearer ") && strings.EqualFold(got[:len("Bearer ")], "Bearer ") {
+				got = strings.TrimSpace(got[len("Bearer "):])
+			} else {
+				got = ""
+			}
 			sum := sha256.Sum256([]byte(got))
 			if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 				fail(w, http.StatusUnauthorized, "a valid admin token is required (Authorization: Bearer TOKEN)")

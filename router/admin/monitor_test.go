@@ -166,6 +166,15 @@ func TestStatusPageAndData(t *testing.T) {
 		return res, string(b)
 	}
 	get := func(path, token string) (*http.Response, string) { return do(http.MethodGet, path, token) }
+	for _, h := range []string{"bearer secret", "BEARER  secret "} { // the scheme's case is free, as on the API's listener
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/admin/status", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", h)
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		assert.Equal(t, http.StatusOK, res.StatusCode, h)
+	}
 	tests := []struct {
 		path, token string
 		code        int

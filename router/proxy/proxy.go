@@ -269,7 +269,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// the headers set so far and then clears them (the final answer lost
 	// its X-Request-Id and x-ratelimit-* headers).
 	// Origin too: CORS is answered here, not by the backend.
-	for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding", "Expect", "Origin"} {
+	for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding", "Expect", "Origin", "X-Api-Key"} {
 		delete(h, k)
 	}
 	if a.Authorization != "" {
