@@ -83,6 +83,7 @@ func TestParseRejects(t *testing.T) {
 		{"no models", "listen: 127.0.0.1:1\n", []string{"models: at least one model"}},
 		{"bad listen", "listen: nowhere\n" + minimal, []string{"listen: want host:port"}},
 		{"negative body", "max_body_bytes: -1\n" + minimal, []string{"max_body_bytes: must be positive"}},
+		{"bodies in flight below one body", "max_body_bytes: 2048\nmax_body_bytes_in_flight: 1024\n" + minimal, []string{"max_body_bytes_in_flight: must be at least max_body_bytes (2048), got 1024"}},
 		{"negative body read timeout", "body_read_timeout: -1s\n" + minimal, []string{"body_read_timeout: must be positive"}},
 		{"retries out of range", "upstream:\n  retries: 11\n" + minimal, []string{"upstream.retries"}},
 		{"scrape too often", "scrape:\n  interval: 1ms\n" + minimal, []string{"scrape.interval: must be at least 10ms"}},

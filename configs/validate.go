@@ -42,6 +42,9 @@ func (c *Config) Validate() error {
 	if c.CORS.MaxAge < 0 {
 		bad("cors.max_age", "must be positive, got %s", c.CORS.MaxAge.Std())
 	}
+	if c.MaxBodyBytesInFlight < c.MaxBodyBytes {
+		bad("max_body_bytes_in_flight", "must be at least max_body_bytes (%d), got %d", c.MaxBodyBytes, c.MaxBodyBytesInFlight)
+	}
 	if c.BodyReadTimeout < 0 {
 		bad("body_read_timeout", "must be positive, got %s", c.BodyReadTimeout.Std())
 	}

@@ -60,6 +60,11 @@ func badRequest(param, code, msg string) *APIError {
 	return &APIError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: code, Message: msg}
 }
 
+// errBodiesFull answers a request whose body would pass
+// Options.MaxBodyBytesInFlight.
+var errBodiesFull = &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_overloaded",
+	Message: "The server holds as many request bodies as it may; please retry.", RetryAfter: time.Second}
+
 // noRoute answers a path Sluice does not serve, naming it as OpenAI's API
 // does ("Invalid URL (POST /v1/responses)").
 func noRoute(r *http.Request) *APIError {

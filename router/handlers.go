@@ -61,7 +61,17 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		return err
 	}
 	rec.tenant = tenant
+	held := max(r.ContentLength, 0) // a chunked body counts once read
+	if !rt.bodies.take(held) {
+		w.Header().Set("Connection", "close") // its body is not read
+		return errBodiesFull
+	}
 	body, err := rt.readBody(w, r)
+	if more := int64(len(body)) - held; more > 0 {
+		rt.bodies.add(more)
+		held += more
+	}
+	defer rt.bodies.add(-held)
 	if err != nil {
 		return err
 	}

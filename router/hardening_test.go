@@ -197,3 +197,47 @@ func TestExpectContinueKeepsTheAnswersHeaders(t *testing.T) {
 	assert.Equal(t, "req-expect", res.Header.Get("X-Request-Id"), "the final answer carries the request id")
 	assert.Zero(t, expects.Load(), "Sluice has the body: the backend is not asked to confirm it")
 }
+
+// TestBodiesHeldAreBounded: past MaxBodyBytesInFlight a request is 503
+// server_overloaded with Retry-After before its body is read, and is
+// served again once the bodies held end.
+func TestBodiesHeldAreBounded(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		arrived <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}))
+	t.Cleanup(srv.Close)
+	s := startSluice(t, router.Options{MaxBodyBytes: 4000, MaxBodyBytesInFlight: 6000}, routeSpec{model: model, urls: []string{srv.URL}})
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"` + strings.Repeat("a", 3000) + `"}]}`
+	post := func() *http.Response {
+		res, err := http.Post(s.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		return res
+	}
+	first := make(chan *http.Response, 1)
+	go func() { first <- post() }()
+	<-arrived // its 3 KB body is held while it runs
+
+	res := post()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	assert.Equal(t, "server_overloaded", decodeError(t, res).Code)
+	assert.Equal(t, "1", res.Header.Get("Retry-After"))
+	res.Body.Close()
+
+	release <- struct{}{}
+	res = <-first
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	res.Body.Close()
+	go func() { <-arrived; release <- struct{}{} }()
+	assert.Eventually(t, func() bool { // the first's handler lets its body go just after its answer
+		res := post()
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, 5*time.Second, 5*time.Millisecond, "served once the first body is let go")
+	http.DefaultClient.CloseIdleConnections()
+}

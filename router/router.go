@@ -91,6 +91,11 @@ type Options struct {
 	Table *Table
 	// MaxBodyBytes caps a request body (413 beyond). Default 10 MiB.
 	MaxBodyBytes int64
+	// MaxBodyBytesInFlight caps the inference request bodies held at once
+	// (declared lengths, a chunked body's once read): a request past it is
+	// answered 503 server_overloaded before its body is read. Default the
+	// larger of 256 MiB and 4 × MaxBodyBytes; never below MaxBodyBytes.
+	MaxBodyBytesInFlight int64
 	// Retries is how many other endpoints are tried after one that could not
 	// be reached. Zero means none.
 	Retries int
@@ -150,6 +155,7 @@ type Router struct {
 	retryBudget *retryBudget
 	bodyWait    time.Duration
 	maxBody     int64
+	bodies      bodyBudget
 	retries     int
 	cooldown    time.Duration
 	proxy       *proxy.Proxy
@@ -177,6 +183,12 @@ func New(o Options) (*Router, error) {
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 10 << 20
+	}
+	if o.MaxBodyBytesInFlight <= 0 {
+		o.MaxBodyBytesInFlight = max(256<<20, 4*o.MaxBodyBytes)
+	}
+	if o.MaxBodyBytesInFlight < o.MaxBodyBytes {
+		o.MaxBodyBytesInFlight = o.MaxBodyBytes
 	}
 	if o.Cooldown == 0 {
 		o.Cooldown = 2 * time.Second
@@ -225,6 +237,7 @@ func New(o Options) (*Router, error) {
 	}
 	rt := &Router{
 		maxBody:     o.MaxBodyBytes,
+		bodies:      bodyBudget{max: o.MaxBodyBytesInFlight},
 		retries:     o.Retries,
 		cooldown:    o.Cooldown,
 		proxy:       px,

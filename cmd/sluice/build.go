@@ -154,13 +154,14 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 // routerOptions maps the config onto the router's options.
 func routerOptions(c *configs.Config, t *router.Table) router.Options {
 	return router.Options{
-		Table:             t,
-		MaxBodyBytes:      c.MaxBodyBytes,
-		BodyReadTimeout:   c.BodyReadTimeout.Std(),
-		Retries:           *c.Upstream.Retries,
-		StreamIdleTimeout: c.Upstream.StreamIdleTimeout.Std(),
-		Cooldown:          2 * time.Second,
-		SessionHeader:     c.SessionHeader,
+		Table:                t,
+		MaxBodyBytes:         c.MaxBodyBytes,
+		BodyReadTimeout:      c.BodyReadTimeout.Std(),
+		MaxBodyBytesInFlight: c.MaxBodyBytesInFlight,
+		Retries:              *c.Upstream.Retries,
+		StreamIdleTimeout:    c.Upstream.StreamIdleTimeout.Std(),
+		Cooldown:             2 * time.Second,
+		SessionHeader:        c.SessionHeader,
 	}
 }
 
