@@ -39,6 +39,10 @@ type Options struct {
 	MaxFileBytes int64
 	// MaxLines caps the requests in one input file. Default 50,000.
 	MaxLines int
+	// MaxBodyBytes is the router's cap on a request body: an input line
+	// whose body is larger fails the batch's validation, naming it. Zero:
+	// no cap but the line's (16 MiB).
+	MaxBodyBytes int64
 	// UploadIdle bounds an upload's pace: it must bring UploadStep bytes
 	// (64 KiB) within each UploadIdle, or it ends with 408 and its
 	// connection closes. An upload that keeps coming may take as long as

@@ -299,7 +299,7 @@ func (r *Runner) validate(ctx context.Context, b BatchMeta, now time.Time) (Batc
 		return r.fail(ctx, b, now, []LineError{{Code: "invalid_file", Param: "input_file_id",
 			Message: "the input file " + b.InputFileID + " cannot be read"}})
 	}
-	c, problems := validate(f, b.Endpoint, r.s.o.MaxLines, maxLineBytes, b.DefaultMaxTokens)
+	c, problems := validate(f, b.Endpoint, r.s.o.MaxLines, maxLineBytes, int(r.s.o.MaxBodyBytes), b.DefaultMaxTokens)
 	if problems == nil {
 		problems = r.overCap(b, c.tokens)
 	}

@@ -106,7 +106,7 @@ const (
 // with a unique custom_id, method POST, the batch's url and a body naming
 // a model. It returns the file's index, or every problem (up to
 // maxErrors), each naming its line.
-func validate(r io.Reader, endpoint string, maxLines, maxLine, defaultMaxTokens int) (checked, []LineError) {
+func validate(r io.Reader, endpoint string, maxLines, maxLine, maxBody, defaultMaxTokens int) (checked, []LineError) {
 	var (
 		c    checked
 		errs []LineError
@@ -129,7 +129,7 @@ func validate(r io.Reader, endpoint string, maxLines, maxLine, defaultMaxTokens 
 		if err := json.Unmarshal(raw, &in); err != nil {
 			bad(no, "invalid_json_line", "", "not a JSON object of custom_id, method, url and body: %s", jsonProblem(err))
 		} else {
-			checkLine(no, in, endpoint, seen, bad, &c, defaultMaxTokens)
+			checkLine(no, in, endpoint, seen, bad, &c, maxBody, defaultMaxTokens)
 		}
 		if len(errs) >= maxErrors && len(errs) > before {
 			return errStop
@@ -148,7 +148,7 @@ func validate(r io.Reader, endpoint string, maxLines, maxLine, defaultMaxTokens 
 	return c, nil
 }
 
-func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad func(int, string, string, string, ...any), c *checked, defaultMaxTokens int) {
+func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad func(int, string, string, string, ...any), c *checked, maxBody, defaultMaxTokens int) {
 	switch {
 	case in.CustomID == nil || *in.CustomID == "":
 		bad(no, "missing_required_parameter", "custom_id", "custom_id is required")
@@ -170,6 +170,13 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 		bad(no, "mismatched_url", "url", "url %q is not the batch's endpoint %q", in.URL, endpoint)
 	}
 	var body lineBody
+	if maxBody > 0 && len(in.Body) > maxBody {
+		// Each would be refused 413 when it ran, after the runner had held
+		// it in memory several times over.
+		bad(no, "request_too_large", "body", "body is %d bytes; the server takes request bodies of at most %d (max_body_bytes)",
+			len(in.Body), maxBody)
+		return
+	}
 	if len(bytes.TrimSpace(in.Body)) == 0 || in.Body[0] != '{' {
 		bad(no, "invalid_body", "body", "body must be a JSON object (the request to send)")
 		return

@@ -15,7 +15,7 @@ func FuzzValidate(f *testing.F) {
 	f.Add([]byte(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n" +
 		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","max_tokens":"x"}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		c, errs := validate(bytes.NewReader(in), "/v1/chat/completions", 1000, 1<<20, 16)
+		c, errs := validate(bytes.NewReader(in), "/v1/chat/completions", 1000, 1<<20, 0, 16)
 		if len(errs) > 0 {
 			for _, e := range errs {
 				if e.Code == "" || e.Message == "" {

@@ -19,7 +19,7 @@ func batchLimits(bytes int64, lines int) batch.Options {
 // TestInvalidInput: a batch whose input has bad lines fails, and its
 // errors name every line and what is wrong with it; nothing runs.
 func TestInvalidInput(t *testing.T) {
-	f := start(t, setup{})
+	f := start(t, setup{svc: batch.Options{MaxBodyBytes: 4096}})
 	acme := f.client(t, "sk-acme")
 	tests := []struct {
 		name  string
@@ -49,6 +49,9 @@ func TestInvalidInput(t *testing.T) {
 		{"blank lines keep their numbers", []string{"", chatLine("a", model, 4), "  ", `[1]`},
 			[]string{"line 4: not a JSON object"}, []string{"invalid_json_line"}},
 		{"empty", []string{"", ""}, []string{"the input file holds no requests"}, []string{"empty_file"}},
+		{"a body over max_body_bytes", []string{chatLine("a", model, 4),
+			`{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"model":"` + model + `","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}}`},
+			[]string{"line 2: body is 5064 bytes; the server takes request bodies of at most 4096 (max_body_bytes)"}, []string{"request_too_large"}},
 		{"two models", []string{chatLine("a", model, 4), chatLine("b", model, 4), chatLine("c", other, 4)},
 			[]string{`line 3: body.model "` + other + `" is not "` + model + `", the model of line 1: a batch runs one model`},
 			[]string{"mismatched_model"}},
