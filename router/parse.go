@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/sluice-llm/sluice/router/jsonscan"
@@ -347,5 +348,29 @@ func checkMember(key []byte, seen *uint16) error {
 		*seen |= 1 << i
 		return nil
 	}
+	if folds(name) {
+		// Go's encoding/json matches member names without regard to case
+		// (Unicode's simple folding: "ſtream" is stream to it), so a Go
+		// backend reads "Model" or "MAX_TOKENS" as the member Sluice did
+		// not check.
+		for _, m := range routingMembers {
+			if strings.EqualFold(string(name), m) {
+				return badRequest(m, "invalid_value", fmt.Sprintf(
+					"Invalid parameter name '%s': write '%s' exactly as that.", echo(string(key)), m))
+			}
+		}
+	}
 	return nil
+}
+
+// folds reports whether name has a byte that case folding could turn
+// into a routing member's (an upper-case letter, or not ASCII): lower-case
+// ASCII names, nearly all, need no folded comparison.
+func folds(name []byte) bool {
+	for _, c := range name {
+		if c >= 0x80 || ('A' <= c && c <= 'Z') {
+			return true
+		}
+	}
+	return false
 }

@@ -99,6 +99,11 @@ func TestRoutingMembersAreReadOnce(t *testing.T) {
 		{`{"model":"fake","mod\u0065l":"llama"}`, "model", `Invalid parameter name 'mod\u0065l': write 'model' without escapes.`},
 		{`{"model":"m","messages":[],"m\u0065ssages":[{"role":"user","content":"long"}]}`, "messages", `Invalid parameter name 'm\u0065ssages': write 'messages' without escapes.`},
 		{`{"model":"fake","model":"llama"}`, "model", `Duplicate parameter 'model': send it once.`},
+		// Go's encoding/json reads these as the members, case aside.
+		{`{"model":"fake","Model":"llama"}`, "model", `Invalid parameter name 'Model': write 'model' exactly as that.`},
+		{`{"model":"m","MAX_TOKENS":2000}`, "max_tokens", `Invalid parameter name 'MAX_TOKENS': write 'max_tokens' exactly as that.`},
+		{`{"model":"m","ſtream":true}`, "stream", `Invalid parameter name 'ſtream': write 'stream' exactly as that.`},
+		{"{\"model\":\"m\",\"\u017ftream\":true}", "stream", "Invalid parameter name '\u017ftream': write 'stream' exactly as that."}, // the raw letter ſ
 		{`{"model":"m","max_tokens":1,"max_tokens":2000}`, "max_tokens", `Duplicate parameter 'max_tokens': send it once.`},
 	} {
 		_, err := parseInference([]byte(tt.body))
