@@ -29,6 +29,11 @@ type Config struct {
 	Upstream Upstream `yaml:"upstream"`
 	// Scrape configures polling each backend's engine metrics for its load.
 	Scrape Scrape `yaml:"scrape"`
+	// MetricsTokenEnv names the environment variable that, when it holds
+	// a token, guards /metrics on the API's listener (callers send
+	// "Authorization: Bearer TOKEN"; restart to change). Default
+	// "SLUICE_METRICS_TOKEN"; unset or empty: /metrics is open.
+	MetricsTokenEnv string `yaml:"metrics_token_env"`
 	// CORS lets web pages on other origins call the API (restart to change).
 	CORS CORS `yaml:"cors"`
 	// SessionHeader names the request header that identifies a conversation

@@ -84,6 +84,9 @@ func (c *Config) ApplyDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.MetricsTokenEnv == "" {
+		c.MetricsTokenEnv = "SLUICE_METRICS_TOKEN"
+	}
 	if c.MaxBodyBytesInFlight == 0 {
 		c.MaxBodyBytesInFlight = max(256<<20, 4*c.MaxBodyBytes)
 	}

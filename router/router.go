@@ -91,6 +91,10 @@ type Options struct {
 	Table *Table
 	// MaxBodyBytes caps a request body (413 beyond). Default 10 MiB.
 	MaxBodyBytes int64
+	// MetricsToken, when set, is asked of /metrics callers as
+	// "Authorization: Bearer TOKEN" (the page names tenants, tiers and
+	// backends). Empty: /metrics is open.
+	MetricsToken string
 	// MaxBodyBytesInFlight caps the inference request bodies held at once
 	// (declared lengths, a chunked body's once read): a request past it is
 	// answered 503 server_overloaded before its body is read. Default the
@@ -155,20 +159,22 @@ type Router struct {
 	retryBudget *retryBudget
 	bodyWait    time.Duration
 	maxBody     int64
-	bodies      bodyBudget
-	retries     int
-	cooldown    time.Duration
-	proxy       *proxy.Proxy
-	log         *slog.Logger
-	requestLog  *slog.Logger
-	metrics     *metrics
-	registry    *prometheus.Registry
-	tracer      trace.TracerProvider
-	attempts    trace.Tracer
-	now         func() time.Time
-	relayClock  func() time.Time // the clock of measure.Writer (per relayed write): Options.Now when set
-	created     int64
-	batch       http.Handler
+	// metricsToken is Options.MetricsToken.
+	metricsToken string
+	bodies       bodyBudget
+	retries      int
+	cooldown     time.Duration
+	proxy        *proxy.Proxy
+	log          *slog.Logger
+	requestLog   *slog.Logger
+	metrics      *metrics
+	registry     *prometheus.Registry
+	tracer       trace.TracerProvider
+	attempts     trace.Tracer
+	now          func() time.Time
+	relayClock   func() time.Time // the clock of measure.Writer (per relayed write): Options.Now when set
+	created      int64
+	batch        http.Handler
 
 	sessionHeader string // canonical form
 }
@@ -236,24 +242,25 @@ func New(o Options) (*Router, error) {
 		return nil, err
 	}
 	rt := &Router{
-		maxBody:     o.MaxBodyBytes,
-		bodies:      bodyBudget{max: o.MaxBodyBytesInFlight},
-		retries:     o.Retries,
-		cooldown:    o.Cooldown,
-		proxy:       px,
-		log:         o.Logger,
-		requestLog:  o.RequestLog,
-		metrics:     m,
-		registry:    o.Metrics,
-		tracer:      o.TracerProvider,
-		attempts:    o.TracerProvider.Tracer("github.com/sluice-llm/sluice/router"),
-		now:         o.Now,
-		relayClock:  relayClock,
-		created:     o.Now().Unix(),
-		limiter:     o.Limiter,
-		retryBudget: newRetryBudget(0.2, 10, 100),
-		bodyWait:    o.BodyReadTimeout,
-		batch:       o.Batch,
+		maxBody:      o.MaxBodyBytes,
+		metricsToken: o.MetricsToken,
+		bodies:       bodyBudget{max: o.MaxBodyBytesInFlight},
+		retries:      o.Retries,
+		cooldown:     o.Cooldown,
+		proxy:        px,
+		log:          o.Logger,
+		requestLog:   o.RequestLog,
+		metrics:      m,
+		registry:     o.Metrics,
+		tracer:       o.TracerProvider,
+		attempts:     o.TracerProvider.Tracer("github.com/sluice-llm/sluice/router"),
+		now:          o.Now,
+		relayClock:   relayClock,
+		created:      o.Now().Unix(),
+		limiter:      o.Limiter,
+		retryBudget:  newRetryBudget(0.2, 10, 100),
+		bodyWait:     o.BodyReadTimeout,
+		batch:        o.Batch,
 
 		sessionHeader: textproto.CanonicalMIMEHeaderKey(o.SessionHeader),
 	}
@@ -328,7 +335,7 @@ func (rt *Router) Handler() http.Handler {
 	}))
 	r.Get("/healthz", rt.healthz)
 	r.Get("/readyz", rt.readyz)
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(rt.registry, promhttp.HandlerOpts{}))
+	r.Method(http.MethodGet, "/metrics", tokenOnly(rt.metricsToken, promhttp.HandlerFor(rt.registry, promhttp.HandlerOpts{})))
 	// The /v1 routes sit on the top router rather than a mounted
 	// subrouter: a mount's wildcard path value costs every request four
 	// allocations (set by chi, then cloned into the upstream request).

@@ -158,6 +158,7 @@ func routerOptions(c *configs.Config, t *router.Table) router.Options {
 		MaxBodyBytes:         c.MaxBodyBytes,
 		BodyReadTimeout:      c.BodyReadTimeout.Std(),
 		MaxBodyBytesInFlight: c.MaxBodyBytesInFlight,
+		MetricsToken:         os.Getenv(c.MetricsTokenEnv),
 		Retries:              *c.Upstream.Retries,
 		StreamIdleTimeout:    c.Upstream.StreamIdleTimeout.Std(),
 		Cooldown:             2 * time.Second,

@@ -232,3 +232,30 @@ func TestReloadKeepsKeysWhenTheFileLosesItsTenants(t *testing.T) {
 	assert.Equal(t, http.StatusOK, post("sk-acme"))
 	srv.stop()
 }
+
+// TestMetricsTokenGuardsMetrics: with SLUICE_METRICS_TOKEN set, /metrics
+// (which names tenants, tiers and backends) asks for it; probes do not.
+func TestMetricsTokenGuardsMetrics(t *testing.T) {
+	t.Setenv("SLUICE_METRICS_TOKEN", "m-secret")
+	w := startWorker(t, "m")
+	addr, tr, _ := serveE2E(t, "listen: 127.0.0.1:0\nscrape:\n  enabled: false\nmodels:\n  - name: m\n    backends:\n      - url: "+w.URL+"\n",
+		slog.New(slog.DiscardHandler))
+	get := func(path, auth string) int {
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := (&http.Client{Transport: tr}).Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	assert.Equal(t, http.StatusUnauthorized, get("/metrics", ""))
+	assert.Equal(t, http.StatusUnauthorized, get("/metrics", "Bearer wrong"))
+	assert.Equal(t, http.StatusOK, get("/metrics", "Bearer m-secret"))
+	assert.Equal(t, http.StatusOK, get("/metrics", "bearer  m-secret"))
+	assert.Equal(t, http.StatusOK, get("/healthz", ""))
+	assert.Equal(t, http.StatusOK, get("/readyz", ""))
+}

@@ -294,7 +294,7 @@ func (r *runtime) Config() ([]byte, error) {
 	}
 	// What runs: the settings read only at start as they were then.
 	s := r.started
-	c.MaxBodyBytesInFlight = s.MaxBodyBytesInFlight
+	c.MaxBodyBytesInFlight, c.MetricsTokenEnv = s.MaxBodyBytesInFlight, s.MetricsTokenEnv
 	c.Listen, c.MaxBodyBytes, c.BodyReadTimeout, c.Upstream, c.Scrape, c.SessionHeader = s.Listen, s.MaxBodyBytes, s.BodyReadTimeout, s.Upstream, s.Scrape, s.SessionHeader
 	c.CORS, c.Admin, c.Log, c.Limits, c.Batch = s.CORS, s.Admin, s.Log, s.Limits, s.Batch
 	// Switches left unset and inherited timeouts, as they take effect.
@@ -341,6 +341,7 @@ func restartPending(cfg, started *configs.Config) []string {
 		{"max_body_bytes", cfg.MaxBodyBytes == started.MaxBodyBytes},
 		{"body_read_timeout", cfg.BodyReadTimeout == started.BodyReadTimeout},
 		{"max_body_bytes_in_flight", cfg.MaxBodyBytesInFlight == started.MaxBodyBytesInFlight},
+		{"metrics_token_env", cfg.MetricsTokenEnv == started.MetricsTokenEnv},
 		{"upstream", sameYAML(cfg.Upstream, started.Upstream)},
 		{"scrape", sameYAML(cfg.Scrape, started.Scrape)},
 		{"session_header", cfg.SessionHeader == started.SessionHeader},
