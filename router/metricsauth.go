@@ -4,7 +4,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
-	"strings"
+
+	"github.com/sluice-llm/sluice/router/auth"
 )
 
 // tokenOnly serves h to callers presenting token as a bearer token (the
@@ -15,7 +16,7 @@ func tokenOnly(token string, h http.Handler) http.Handler {
 	}
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := sha256.Sum256([]byte(bearerToken(r.Header.Get("Authorization"))))
+		got := sha256.Sum256([]byte(auth.BearerToken(r.Header.Get("Authorization"))))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			writeError(w, &APIError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
 				Message: "/metrics needs its token (Authorization: Bearer TOKEN)."})
@@ -23,14 +24,4 @@ func tokenOnly(token string, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// bearerToken is the token of an "Authorization: Bearer TOKEN" value, ""
-// for any other.
-func bearerToken(h string) string {
-	const p = "Bearer "
-	if len(h) > len(p) && strings.EqualFold(h[:len(p)], p) {
-		return strings.TrimSpace(h[len(p):])
-	}
-	return ""
 }

@@ -131,7 +131,7 @@ func (d *Directory) Authenticate(r *http.Request) (*Tenant, error) {
 		}
 		return nil, ErrInvalidKey
 	}
-	key := bearer(r.Header.Get("Authorization"))
+	key := BearerToken(r.Header.Get("Authorization"))
 	if key == "" {
 		key = strings.TrimSpace(r.Header.Get("Api-Key"))
 	}
@@ -146,7 +146,9 @@ func (d *Directory) Authenticate(r *http.Request) (*Tenant, error) {
 	return e.tenant, nil
 }
 
-func bearer(h string) string {
+// BearerToken is the token of an "Authorization: Bearer TOKEN" value (the
+// scheme's case free, spaces trimmed), "" for any other.
+func BearerToken(h string) string {
 	const p = "Bearer "
 	if len(h) > len(p) && strings.EqualFold(h[:len(p)], p) {
 		return strings.TrimSpace(h[len(p):])
