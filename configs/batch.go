@@ -33,6 +33,10 @@ type Batch struct {
 	DispatchInterval Duration `yaml:"dispatch_interval"`
 	// MaxFileBytes caps an uploaded file (413 beyond). Default 200 MiB.
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
+	// MaxTenantBytes caps the bytes one tenant's files (uploads and
+	// batch outputs) hold in data_dir: an upload past it is refused
+	// (400 storage_limit_exceeded). Default 10 GiB; -1: no cap.
+	MaxTenantBytes int64 `yaml:"max_tenant_bytes"`
 	// MaxLines caps the requests in one batch input file. Default 50000.
 	MaxLines int `yaml:"max_lines"`
 	// CompletionWindow is how long a batch may run before it expires,
@@ -58,6 +62,7 @@ const (
 	DefaultBatchConcurrency      = 64
 	DefaultBatchDispatchInterval = 200 * time.Millisecond
 	DefaultBatchMaxFileBytes     = 200 << 20
+	DefaultBatchMaxTenantBytes   = 10 << 30
 	DefaultBatchMaxLines         = 50_000
 	DefaultBatchCompletionWindow = 24 * time.Hour
 	DefaultBatchLeaseTTL         = time.Minute
@@ -79,6 +84,9 @@ func (b *Batch) applyDefaults() {
 	}
 	if b.MaxFileBytes == 0 {
 		b.MaxFileBytes = DefaultBatchMaxFileBytes
+	}
+	if b.MaxTenantBytes == 0 {
+		b.MaxTenantBytes = DefaultBatchMaxTenantBytes
 	}
 	if b.MaxLines == 0 {
 		b.MaxLines = DefaultBatchMaxLines
@@ -107,6 +115,9 @@ func (c *Config) validateBatch(bad func(field, format string, args ...any)) {
 	}
 	if b.MaxFileBytes < 1 {
 		bad("batch.max_file_bytes", "must be positive, got %d", b.MaxFileBytes)
+	}
+	if b.MaxTenantBytes < -1 {
+		bad("batch.max_tenant_bytes", "must be positive, or -1 for no cap, got %d", b.MaxTenantBytes)
 	}
 	if b.MaxLines < 1 {
 		bad("batch.max_lines", "must be positive, got %d", b.MaxLines)

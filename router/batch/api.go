@@ -37,6 +37,9 @@ type Options struct {
 	Owner func(context.Context) Owner
 	// MaxFileBytes caps an uploaded file (413 beyond). Default 200 MiB.
 	MaxFileBytes int64
+	// MaxTenantBytes caps the bytes of one tenant's files (uploads and
+	// outputs); an upload past it is refused. Zero or negative: no cap.
+	MaxTenantBytes int64
 	// MaxLines caps the requests in one input file. Default 50,000.
 	MaxLines int
 	// MaxBodyBytes is the router's cap on a request body: an input line

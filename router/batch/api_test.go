@@ -353,3 +353,28 @@ func TestUploadsCountAgainstTheTenantsLimits(t *testing.T) {
 	require.NoError(t, err, "reading is not limited")
 	assert.Len(t, list.Data, 2)
 }
+
+// TestTenantStorageIsCapped: a tenant's files may hold MaxTenantBytes; an
+// upload past it is refused and its bytes dropped, until files are
+// deleted. Another tenant is not affected.
+func TestTenantStorageIsCapped(t *testing.T) {
+	lines := chatLines(3, model, 4)
+	capped := int64(len(lines))*5/2 // two files fit, not three
+	f := start(t, setup{svc: batch.Options{MaxTenantBytes: capped}})
+	ctx := context.Background()
+	acme, rival := f.client(t, "sk-acme"), f.client(t, "sk-rival")
+	first := upload(t, acme, lines)
+	upload(t, acme, lines)
+	_, err := acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(lines), "in.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch})
+	msg := apiError(t, err, http.StatusBadRequest, "storage_limit_exceeded")
+	assert.Contains(t, msg, fmt.Sprintf("of the %d bytes you may keep", capped))
+	list, err := acme.Files.List(ctx, openai.FileListParams{})
+	require.NoError(t, err)
+	assert.Len(t, list.Data, 2, "the refused upload is not kept")
+	upload(t, rival, lines)
+
+	_, err = acme.Files.Delete(ctx, first.ID)
+	require.NoError(t, err)
+	upload(t, acme, lines)
+}

@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -22,6 +23,13 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 	limit := s.o.MaxFileBytes
 	if r.ContentLength > limit+multipartSlack {
 		return tooLarge(limit)
+	}
+	held, err := s.tenantBytes(r.Context(), owner.Tenant)
+	if err != nil {
+		return err
+	}
+	if err := s.overStorage(held, 0); err != nil {
+		return err // before a byte is read
 	}
 	pace := &paced{r: r.Body, rc: http.NewResponseController(w), idle: s.o.UploadIdle}
 	r.Body = http.MaxBytesReader(w, pace, limit+multipartSlack)
@@ -81,6 +89,9 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 		return badRequest("file", "too_many_requests_in_file",
 			"The file has %d requests; a batch input file may have at most %d.", lines, s.o.MaxLines)
 	}
+	if err := s.overStorage(held, size); err != nil {
+		return err // the deferred remove drops the blob
+	}
 	if filename == "" || filename == "." || filename == "/" {
 		filename = "upload.jsonl"
 	}
@@ -118,6 +129,8 @@ func uploadError(err error, limit int64, idle time.Duration) error {
 
 func formatBytes(n int64) string {
 	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + " GiB"
 	case n >= 1<<20 && n%(1<<20) == 0:
 		return strconv.FormatInt(n>>20, 10) + " MiB"
 	case n >= 1<<10 && n%(1<<10) == 0:
@@ -163,4 +176,33 @@ func (p *paced) Close() error {
 		return c.Close()
 	}
 	return nil
+}
+
+// tenantBytes is what tenant's files hold, when a cap applies.
+func (s *Service) tenantBytes(ctx context.Context, tenant string) (int64, error) {
+	if s.o.MaxTenantBytes <= 0 {
+		return 0, nil
+	}
+	files, err := s.o.Store.Files(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, f := range files {
+		n += f.Bytes
+	}
+	return n, nil
+}
+
+// overStorage refuses a file of size beside held bytes past the tenant's
+// cap (uploads had none: one key could fill the disk).
+func (s *Service) overStorage(held, size int64) error {
+	if s.o.MaxTenantBytes <= 0 || held+size <= s.o.MaxTenantBytes && held < s.o.MaxTenantBytes {
+		return nil
+	}
+	what := "Your files hold " + formatBytes(held) + " of the " + formatBytes(s.o.MaxTenantBytes) + " you may keep"
+	if size > 0 {
+		what += "; this upload of " + formatBytes(size) + " would pass it"
+	}
+	return badRequest("file", "storage_limit_exceeded", "%s. Delete files (DELETE /v1/files/{id}) to upload more.", what)
 }
