@@ -359,7 +359,7 @@ func TestUploadsCountAgainstTheTenantsLimits(t *testing.T) {
 // deleted. Another tenant is not affected.
 func TestTenantStorageIsCapped(t *testing.T) {
 	lines := chatLines(3, model, 4)
-	capped := int64(len(lines))*5/2 // two files fit, not three
+	capped := int64(len(lines)) * 5 / 2 // two files fit, not three
 	f := start(t, setup{svc: batch.Options{MaxTenantBytes: capped}})
 	ctx := context.Background()
 	acme, rival := f.client(t, "sk-acme"), f.client(t, "sk-rival")
