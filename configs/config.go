@@ -17,8 +17,8 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// MaxBodyBytes caps a request body; larger bodies get 413. Default 10 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
-	// MaxBodyBytesInFlight caps the request bodies held at once; a request
-	// past it gets 503 before its body is read. Default the larger of 256
+	// MaxBodyBytesInFlight caps the request bodies held at once, counted as
+	// they arrive; a request whose body would pass it gets 503. Default the larger of 256
 	// MiB and 4 × MaxBodyBytes; at least MaxBodyBytes.
 	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
 	// BodyReadTimeout bounds the arrival of a request's body, from its

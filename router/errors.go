@@ -60,7 +60,7 @@ func badRequest(param, code, msg string) *APIError {
 	return &APIError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: code, Message: msg}
 }
 
-// errBodiesFull answers a request whose body would pass
+// errBodiesFull answers a request whose body, as it arrives, would pass
 // Options.MaxBodyBytesInFlight.
 var errBodiesFull = &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_overloaded",
 	Message: "The server holds as many request bodies as it may; please retry.", RetryAfter: time.Second}

@@ -61,17 +61,9 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		return err
 	}
 	rec.tenant = tenant
-	held := max(r.ContentLength, 0) // a chunked body counts once read
-	if !rt.bodies.take(held) {
-		w.Header().Set("Connection", "close") // its body is not read
-		return errBodiesFull
-	}
-	body, err := rt.readBody(w, r)
-	if more := int64(len(body)) - held; more > 0 {
-		rt.bodies.add(more)
-		held += more
-	}
-	defer rt.bodies.add(-held)
+	counted := &budgeted{b: &rt.bodies}
+	defer counted.release()
+	body, err := rt.readBody(w, r, counted)
 	if err != nil {
 		return err
 	}
@@ -580,7 +572,7 @@ func without(eps, drop []*backends.Endpoint) []*backends.Endpoint {
 }
 
 // readBody reads the whole body under the size limit.
-func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+func (rt *Router) readBody(w http.ResponseWriter, r *http.Request, counted *budgeted) ([]byte, error) {
 	if r.ContentLength > rt.maxBody {
 		return nil, bodyTooLarge(rt.maxBody)
 	}
@@ -594,8 +586,8 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	// Content-Length (see proxy.ReadBody).
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(rt.bodyWait)) == nil
-	rd := http.MaxBytesReader(w, r.Body, rt.maxBody)
-	body, err := rt.proxy.ReadBody(rd)
+	counted.r = http.MaxBytesReader(w, r.Body, rt.maxBody)
+	body, err := rt.proxy.ReadBody(counted)
 	if deadline && err == nil {
 		_ = rc.SetReadDeadline(time.Time{})
 	}
@@ -608,6 +600,9 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 			_ = rc.SetReadDeadline(time.Now())
 		}
 		w.Header().Set("Connection", "close")
+		if errors.Is(err, errBodiesFull) {
+			return nil, errBodiesFull
+		}
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, bodyTooLarge(rt.maxBody)

@@ -198,9 +198,10 @@ func TestExpectContinueKeepsTheAnswersHeaders(t *testing.T) {
 	assert.Zero(t, expects.Load(), "Sluice has the body: the backend is not asked to confirm it")
 }
 
-// TestBodiesHeldAreBounded: past MaxBodyBytesInFlight a request is 503
-// server_overloaded with Retry-After before its body is read, and is
-// served again once the bodies held end.
+// TestBodiesHeldAreBounded: a request whose body would take the bodies
+// held past MaxBodyBytesInFlight is 503 server_overloaded with
+// Retry-After, and is served again once the bodies held end. Bytes count
+// as they arrive: a declared length never sent takes nothing.
 func TestBodiesHeldAreBounded(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 1)
@@ -219,9 +220,15 @@ func TestBodiesHeldAreBounded(t *testing.T) {
 		require.NoError(t, err)
 		return res
 	}
+	liar, err := net.Dial("tcp", s.srv.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = liar.Close() })
+	_, err = io.WriteString(liar, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n{") // and no more
+	require.NoError(t, err)
+
 	first := make(chan *http.Response, 1)
 	go func() { first <- post() }()
-	<-arrived // its 3 KB body is held while it runs
+	<-arrived // its 3 KB body is held while it runs; the liar's 4,000 declared bytes are not
 
 	res := post()
 	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)

@@ -95,9 +95,9 @@ type Options struct {
 	// "Authorization: Bearer TOKEN" (the page names tenants, tiers and
 	// backends). Empty: /metrics is open.
 	MetricsToken string
-	// MaxBodyBytesInFlight caps the inference request bodies held at once
-	// (declared lengths, a chunked body's once read): a request past it is
-	// answered 503 server_overloaded before its body is read. Default the
+	// MaxBodyBytesInFlight caps the inference request bodies held at once,
+	// counted as they arrive: a request whose body would pass it is
+	// answered 503 server_overloaded and its connection closed. Default the
 	// larger of 256 MiB and 4 × MaxBodyBytes; never below MaxBodyBytes.
 	MaxBodyBytesInFlight int64
 	// Retries is how many other endpoints are tried after one that could not
