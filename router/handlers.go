@@ -75,10 +75,11 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	if rte == nil || (tenant != nil && !tenant.Allows(req.model)) {
 		return &modelNotFoundError{model: req.model} // the same answer: a tenant cannot probe
 	}
-	*model, rec.promptEstimate = req.model, req.promptTokens
+	*model = req.model
 	if err := req.checkRoute(r.URL.Path); err != nil {
 		return err
 	}
+	rec.promptEstimate = req.promptTokens
 	if rte.TotalTimeout > 0 {
 		ctx, cancel := context.WithTimeoutCause(r.Context(), rte.TotalTimeout, proxy.ErrTotalTimeout)
 		defer cancel()

@@ -29,7 +29,11 @@ type parsed struct {
 	user         string
 	includeUsage bool     // the client asked for stream_options.include_usage itself
 	serviceTier  string   // as sent; "" when absent
-	promptTokens int      // jsonscan.PromptTokens: token ids exactly, text at four bytes a token
+	promptTokens int      // jsonscan.PromptTokens: token ids exactly, text at four bytes a token; checkRoute makes it the route's
+	// The tokens and bytes of the messages, prompt and input members'
+	// values, and the body's bytes, for checkRoute's estimate.
+	memberTokens, memberBytes [3]int
+	bodyBytes                 int
 	prefix       []uint64 // see prefixHashes
 	// The first byte of the messages, prompt and input members' values
 	// ('[' for an array, '"' for a string...), 0 for a member absent.
@@ -136,6 +140,8 @@ func parseInference(body []byte) (parsed, error) {
 	if i := jsonscan.PromptMember(messages, promptText, input); i >= 0 {
 		p.promptTokens = tokens[i]
 	}
+	p.memberTokens, p.bodyBytes = tokens, len(body)
+	p.memberBytes = [3]int{len(messages), len(promptText), len(input)}
 	p.messagesKind, p.promptKind, p.inputKind = firstByte(messages), firstByte(promptText), firstByte(input)
 	if messages == nil {
 		messages = promptText
@@ -204,7 +210,17 @@ func firstByte(val []byte) byte {
 // prompt and an embedding's input, when present and not null, are a
 // string or an array (vLLM also takes prompt_embeds without a prompt, and
 // chat-style messages for embeddings, so neither is required).
+//
+// It also makes the prompt estimate the route's: its member's tokens (ids
+// exactly), and every other byte of the body at four bytes a token. The
+// first of messages, prompt and input was counted whatever the route, so a
+// completion that also sent "messages":[] had its 9.5 MB prompt estimated
+// at nothing (119 times a daily quota in one request), and chat's tools,
+// which the template puts in the prompt, were not counted at all.
 func (p *parsed) checkRoute(path string) error {
+	if i := routeMember(path); i >= 0 {
+		p.promptTokens = p.memberTokens[i] + (p.bodyBytes-p.memberBytes[i])/jsonscan.BytesPerToken
+	}
 	member, kind, want := "", byte(0), ""
 	switch path {
 	case "/v1/chat/completions":
@@ -228,6 +244,20 @@ func (p *parsed) checkRoute(path string) error {
 	}
 	return badRequest(member, "invalid_type",
 		fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", member, want, kindOf(kind)))
+}
+
+// routeMember is which of messages, prompt and input (0, 1, 2) path's
+// requests carry their prompt in; -1 for another path.
+func routeMember(path string) int {
+	switch path {
+	case "/v1/chat/completions":
+		return 0
+	case "/v1/completions":
+		return 1
+	case "/v1/embeddings":
+		return 2
+	}
+	return -1
 }
 
 // textOrAbsent reports whether a prompt member of kind k (its first byte)

@@ -28,8 +28,34 @@ func TestParseInference(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, apiErr := parseInference([]byte(tt.body))
 			require.Nil(t, apiErr)
+			got.memberTokens, got.memberBytes, got.bodyBytes = [3]int{}, [3]int{}, 0 // checkRoute's (TestPromptEstimateIsTheRoutes)
 			assert.Equal(t, tt.want, got)
 		})
+	}
+}
+
+// TestPromptEstimateIsTheRoutes: the prompt estimate is the route's
+// member's (token ids exactly), with every other byte of the body at four
+// a token: a decoy member of another route, or chat's tools, cannot hide
+// a prompt from the limits.
+func TestPromptEstimateIsTheRoutes(t *testing.T) {
+	text := strings.Repeat("x", 4000)
+	ids := strings.TrimSuffix(strings.Repeat("12345,", 1000), ",")
+	for _, tt := range []struct {
+		path, body string
+		least, most int
+	}{
+		{"/v1/completions", `{"model":"m","messages":[],"prompt":"` + text + `"}`, 1000, 1020},
+		{"/v1/embeddings", `{"model":"m","messages":[],"input":"` + text + `"}`, 1000, 1020},
+		{"/v1/completions", `{"model":"m","prompt":[` + ids + `]}`, 1000, 1010}, // ids counted exactly, not their 6,000 bytes
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","description":"` + text + `"}}]}`, 1000, 1040},
+		{"/v1/chat/completions", `{"model":"m","prompt":"` + text + `","messages":[{"role":"user","content":"hi"}]}`, 1000, 1020},
+	} {
+		p, err := parseInference([]byte(tt.body))
+		require.NoError(t, err)
+		require.NoError(t, p.checkRoute(tt.path))
+		assert.GreaterOrEqual(t, p.promptTokens, tt.least, "%s %.60s", tt.path, tt.body)
+		assert.LessOrEqual(t, p.promptTokens, tt.most, "%s %.60s", tt.path, tt.body)
 	}
 }
 
