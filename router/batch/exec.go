@@ -180,8 +180,21 @@ func flexBody(body []byte) ([]byte, error) {
 		m["stream"] = json.RawMessage(`false`)
 	}
 	delete(m, "stream_options")
-	return json.Marshal(m)
+	// Not json.Marshal: it escapes <, > and & as \u003c..., six bytes for
+	// one, so a body that passed validation could grow sixfold and be
+	// refused 413 after the runner held it (a line of "<" took 10 MB to
+	// 60). Compacted and unescaped, it grows by its service_tier only.
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
 }
+
+// flexGrowth is the most flexBody adds to a body.
+const flexGrowth = len(`,"service_tier":"flex"`)
 
 // asJSON returns b if it is JSON, else b as a JSON string.
 func asJSON(b []byte) json.RawMessage {

@@ -170,11 +170,11 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 		bad(no, "mismatched_url", "url", "url %q is not the batch's endpoint %q", in.URL, endpoint)
 	}
 	var body lineBody
-	if maxBody > 0 && len(in.Body) > maxBody {
+	if maxBody > 0 && len(in.Body)+flexGrowth > maxBody {
 		// Each would be refused 413 when it ran, after the runner had held
 		// it in memory several times over.
-		bad(no, "request_too_large", "body", "body is %d bytes; the server takes request bodies of at most %d (max_body_bytes)",
-			len(in.Body), maxBody)
+		bad(no, "request_too_large", "body", "body is %d bytes; the server takes request bodies of at most %d (max_body_bytes, less %d for the service_tier it is sent with)",
+			len(in.Body), maxBody, flexGrowth)
 		return
 	}
 	if len(bytes.TrimSpace(in.Body)) == 0 || in.Body[0] != '{' {

@@ -3,7 +3,11 @@ package batch
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzValidate: any input either fails with errors that each name a line
@@ -38,4 +42,18 @@ func FuzzValidate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFlexBodyGrowsByItsTierOnly: the body a line is sent with keeps <, >
+// and & as they are (json.Marshal made each six bytes) and grows by its
+// service_tier at most.
+func TestFlexBodyGrowsByItsTierOnly(t *testing.T) {
+	in := []byte(`{"model":"m", "messages":[{"role":"user","content":"` + strings.Repeat("<&>", 1000) + `"}],"stream":true,"stream_options":{"include_usage":true}}`)
+	out, err := flexBody(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(out), strings.Repeat("<&>", 1000))
+	assert.Contains(t, string(out), `"service_tier":"flex"`)
+	assert.Contains(t, string(out), `"stream":false`)
+	assert.NotContains(t, string(out), "stream_options")
+	assert.LessOrEqual(t, len(out), len(in)+flexGrowth)
 }

@@ -81,6 +81,9 @@ func errorBody(status int, raw []byte, complete bool) []byte {
 		}
 		if status >= 500 {
 			msg = ""
+			if s, ok := v.Code.(string); ok && !isToken(s) {
+				v.Code = nil // exception text put in code travels no further than the message
+			}
 		}
 		if s, ok := v.Param.(string); ok {
 			param = s
@@ -95,7 +98,7 @@ func errorBody(status int, raw []byte, complete bool) []byte {
 		}
 	}
 	if msg == "" {
-		msg = fmt.Sprintf("The backend answered %d %s.", status, http.StatusText(status))
+		msg = strings.TrimSpace(fmt.Sprintf("The backend answered %d %s", status, http.StatusText(status))) + "."
 	}
 	if typ == "" || strings.ToLower(typ) != typ || !strings.HasSuffix(typ, "_error") {
 		typ = "invalid_request_error" // as OpenAI types a 4xx; vLLM's "BadRequestError" is no OpenAI type
@@ -104,4 +107,18 @@ func errorBody(status int, raw []byte, complete bool) []byte {
 		}
 	}
 	return apierror.Marshal(typ, code, param, msg)
+}
+
+// isToken reports whether code reads as an error code ("overloaded",
+// "model_not_found"): at most 64 lower-case letters, digits and _ . -.
+func isToken(code string) bool {
+	if code == "" || len(code) > 64 {
+		return false
+	}
+	for _, c := range code {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

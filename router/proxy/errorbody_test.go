@@ -36,6 +36,9 @@ func TestErrorBodyIsOpenAIShaped(t *testing.T) {
 		// Any shape's 5xx message (all were relayed until 2026-12-02).
 		{"vLLM 5xx message hidden", 500, `{"object":"error","message":"vllm internal secret=sk-backend-SECRET","type":"InternalServerError","code":500}`,
 			fields{Message: "The backend answered 500 Internal Server Error.", Type: "server_error"}},
+		{"a 5xx code that is not a code hidden too", 500, `{"error":{"message":"m","type":"server_error","code":"SECRET in code postgres://u:p@h"}}`,
+			fields{Message: "The backend answered 500 Internal Server Error.", Type: "server_error"}},
+		{"no reason phrase", 599, "", fields{Message: "The backend answered 599.", Type: "server_error"}},
 		{"OpenAI-shaped 5xx message hidden, its type and code kept", 503, `{"error":{"message":"connect to postgres://admin:s3cr3t@10.0.0.5/db failed","type":"server_error","param":null,"code":"overloaded"}}`,
 			fields{Message: "The backend answered 503 Service Unavailable.", Type: "server_error", Code: ptr("overloaded")}},
 		{"empty", 503, "", fields{Message: "The backend answered 503 Service Unavailable.", Type: "server_error"}},

@@ -269,7 +269,8 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// the headers set so far and then clears them (the final answer lost
 	// its X-Request-Id and x-ratelimit-* headers).
 	// Origin too: CORS is answered here, not by the backend.
-	for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding", "Expect", "Origin", "X-Api-Key"} {
+	for _, k := range [...]string{"Authorization", "Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Accept-Encoding", "Expect", "Origin", "X-Api-Key",
+		"Access-Control-Request-Method", "Access-Control-Request-Headers"} {
 		delete(h, k)
 	}
 	if a.Authorization != "" {
