@@ -27,14 +27,14 @@ type parsed struct {
 	maxTokens    int
 	choices      int // OpenAI's n: how many completions to generate, 1 when absent
 	user         string
-	includeUsage bool     // the client asked for stream_options.include_usage itself
-	serviceTier  string   // as sent; "" when absent
-	promptTokens int      // jsonscan.PromptTokens: token ids exactly, text at four bytes a token; checkRoute makes it the route's
+	includeUsage bool   // the client asked for stream_options.include_usage itself
+	serviceTier  string // as sent; "" when absent
+	promptTokens int    // jsonscan.PromptTokens: token ids exactly, text at four bytes a token; checkRoute makes it the route's
 	// The tokens and bytes of the messages, prompt and input members'
 	// values, and the body's bytes, for checkRoute's estimate.
 	memberTokens, memberBytes [3]int
 	bodyBytes                 int
-	prefix       []uint64 // see prefixHashes
+	prefix                    []uint64 // see prefixHashes
 	// The first byte of the messages, prompt and input members' values
 	// ('[' for an array, '"' for a string...), 0 for a member absent.
 	messagesKind, promptKind, inputKind byte

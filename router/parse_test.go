@@ -42,7 +42,7 @@ func TestPromptEstimateIsTheRoutes(t *testing.T) {
 	text := strings.Repeat("x", 4000)
 	ids := strings.TrimSuffix(strings.Repeat("12345,", 1000), ",")
 	for _, tt := range []struct {
-		path, body string
+		path, body  string
 		least, most int
 	}{
 		{"/v1/completions", `{"model":"m","messages":[],"prompt":"` + text + `"}`, 1000, 1020},
