@@ -63,6 +63,7 @@ func parseInference(body []byte) (parsed, error) {
 		f struct {
 			p                            parsed
 			maxTokens, maxCompl, choices *int
+			bestOf                       *int
 			opts                         *streamOptions
 		}
 		err                  error
@@ -107,6 +108,8 @@ func parseInference(body []byte) (parsed, error) {
 			decode("max_completion_tokens", val, &f.maxCompl)
 		case "n":
 			decode("n", val, &f.choices)
+		case "best_of":
+			decode("best_of", val, &f.bestOf)
 		case "user":
 			decode("user", val, &p.user)
 		case "stream_options":
@@ -172,6 +175,20 @@ func parseInference(body []byte) (parsed, error) {
 				fmt.Sprintf("Invalid 'n': integer above maximum value. Expected a value <= %d, but got %d instead.", maxChoices, n))
 		}
 		p.choices = n
+	}
+	if f.bestOf != nil {
+		// Legacy completions (and vLLM) generate best_of sequences and
+		// return the n best: the output to reserve is best_of's.
+		switch b := *f.bestOf; {
+		case b < 1:
+			return parsed{}, badRequest("best_of", "integer_below_min_value",
+				fmt.Sprintf("Invalid 'best_of': integer below minimum value. Expected a value >= 1, but got %d instead.", b))
+		case b > maxChoices:
+			return parsed{}, badRequest("best_of", "integer_above_max_value",
+				fmt.Sprintf("Invalid 'best_of': integer above maximum value. Expected a value <= %d, but got %d instead.", maxChoices, b))
+		default:
+			p.choices = max(p.choices, b)
+		}
 	}
 	return *p, nil
 }
@@ -348,7 +365,7 @@ func bodyTooLarge(limit int64) *APIError {
 }
 
 // routingMembers are the members parseInference reads.
-var routingMembers = [...]string{"model", "stream", "max_tokens", "max_completion_tokens", "n", "user",
+var routingMembers = [...]string{"model", "stream", "max_tokens", "max_completion_tokens", "n", "best_of", "user",
 	"stream_options", "service_tier", "messages", "prompt", "input"}
 
 // checkMember refuses a second routing member of one name, or one whose

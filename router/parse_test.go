@@ -22,6 +22,7 @@ func TestParseInference(t *testing.T) {
 		{"no max, token ids counted exactly", `{"model":"m","prompt":[10001,10002,10003]}`, parsed{model: "m", choices: 1, promptTokens: 3, promptKind: '['}},
 		{"a text prompt", `{"model":"m","prompt":"12345678"}`, parsed{model: "m", choices: 1, promptTokens: 2, promptKind: '"'}},
 		{"embeddings input", `{"model":"m","input":["abcd","efgh"]}`, parsed{model: "m", choices: 1, promptTokens: 2, inputKind: '['}},
+		{"best_of is what runs", `{"model":"m","n":2,"best_of":8}`, parsed{model: "m", choices: 8, promptTokens: 7}},
 		{"unknown fields pass", `{"model":"m","ignore_eos":true,"logit_bias":{"1":2}}`, parsed{model: "m", choices: 1, promptTokens: 13}},
 	}
 	for _, tt := range tests {

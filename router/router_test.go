@@ -170,6 +170,7 @@ func TestClientErrors(t *testing.T) {
 		{"prompt a number", "/v1/completions", `{"model":"` + model + `","prompt":7}`, 400, "invalid_type", "prompt"},
 		{"input an object", "/v1/embeddings", `{"model":"` + model + `","input":{}}`, 400, "invalid_type", "input"},
 		{"n of 0", "/v1/chat/completions", `{"model":"` + model + `","n":0,"messages":[]}`, 400, "integer_below_min_value", "n"},
+		{"best_of of 0", "/v1/completions", `{"model":"` + model + `","best_of":0,"prompt":"hi"}`, 400, "integer_below_min_value", "best_of"},
 		{"n over 128", "/v1/chat/completions", `{"model":"` + model + `","n":129,"messages":[]}`, 400, "integer_above_max_value", "n"},
 		{"max_tokens of 0", "/v1/chat/completions", `{"model":"` + model + `","max_tokens":0,"messages":[]}`, 400, "integer_below_min_value", "max_tokens"},
 		{"max_completion_tokens negative", "/v1/chat/completions", `{"model":"` + model + `","max_completion_tokens":-3,"messages":[]}`, 400, "integer_below_min_value", "max_completion_tokens"},
