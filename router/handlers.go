@@ -61,7 +61,11 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		return err
 	}
 	rec.tenant = tenant
-	counted := &budgeted{b: &rt.bodies}
+	var who string
+	if tenant != nil {
+		who = tenant.Name
+	}
+	counted := &budgeted{b: rt.bodies, mine: rt.bodies.tenant(who)}
 	defer counted.release()
 	body, err := rt.readBody(w, r, counted)
 	if err != nil {

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-llm/sluice/router"
+	"github.com/sluice-llm/sluice/router/auth"
 )
 
 func TestModelNamesWithSlashes(t *testing.T) {
@@ -246,5 +248,39 @@ func TestBodiesHeldAreBounded(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	}, 5*time.Second, 5*time.Millisecond, "served once the first body is let go")
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestOneTenantHoldsAShareOfTheBodies: a tenant may hold a quarter of
+// MaxBodyBytesInFlight (at least one body): its slow bodies turn its own
+// requests away, not another tenant's.
+func TestOneTenantHoldsAShareOfTheBodies(t *testing.T) {
+	w := startWorker(t, model, "instant", 0)
+	opts := withTenants(t, &auth.Tenant{Name: "a", Tier: "t"}, &auth.Tenant{Name: "b", Tier: "t"})
+	opts.MaxBodyBytes, opts.MaxBodyBytesInFlight = 4000, 12000 // a tenant's share: 4,000
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{w.srv.URL}})
+	body := func(n int) string {
+		return `{"model":"` + model + `","max_tokens":2,"messages":[{"role":"user","content":"` + strings.Repeat("a", n) + `"}]}`
+	}
+	post := func(key string, n int) int {
+		req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/v1/chat/completions", strings.NewReader(body(n)))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	slow, err := net.Dial("tcp", s.srv.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = slow.Close() })
+	_, err = fmt.Fprintf(slow, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-a\r\nContent-Length: 3900\r\n\r\n%s",
+		body(3500)[:3500]) // then nothing: 3,500 bytes held
+	require.NoError(t, err)
+
+	assert.Eventually(t, func() bool { return post("sk-a", 1000) == http.StatusServiceUnavailable }, 5*time.Second, 10*time.Millisecond,
+		"a's next body passes its share")
+	assert.Equal(t, http.StatusOK, post("sk-b", 3000), "b is served")
 	http.DefaultClient.CloseIdleConnections()
 }

@@ -34,7 +34,11 @@ type parsed struct {
 	// values, and the body's bytes, for checkRoute's estimate.
 	memberTokens, memberBytes [3]int
 	bodyBytes                 int
-	prefix                    []uint64 // see prefixHashes
+	// maxTokensOnly is max_tokens as sent (0 when absent), which legacy
+	// completions servers read rather than max_completion_tokens.
+	maxTokensOnly int
+	prompt        []byte   // the prompt member's value, for checkRoute's count of prompts
+	prefix        []uint64 // see prefixHashes
 	// The first byte of the messages, prompt and input members' values
 	// ('[' for an array, '"' for a string...), 0 for a member absent.
 	messagesKind, promptKind, inputKind byte
@@ -163,6 +167,10 @@ func parseInference(body []byte) (parsed, error) {
 			p.maxTokens = *m.val // max_completion_tokens wins
 		}
 	}
+	if f.maxTokens != nil {
+		p.maxTokensOnly = *f.maxTokens
+	}
+	p.prompt = promptText
 	p.choices = 1
 	if f.choices != nil {
 		n := *f.choices
@@ -237,6 +245,14 @@ func firstByte(val []byte) byte {
 func (p *parsed) checkRoute(path string) error {
 	if i := routeMember(path); i >= 0 {
 		p.promptTokens = p.memberTokens[i] + (p.bodyBytes-p.memberBytes[i])/jsonscan.BytesPerToken
+	}
+	if path == "/v1/completions" {
+		// Each prompt of a list gets its n (or best_of) completions, and
+		// a legacy server may read max_tokens where the limits read
+		// max_completion_tokens: 500 prompts with max_tokens 1000 were
+		// reserved 1,000 output tokens and generated 500,000.
+		p.choices *= promptCount(p.prompt)
+		p.maxTokens = max(p.maxTokens, p.maxTokensOnly)
 	}
 	member, kind, want := "", byte(0), ""
 	switch path {
@@ -420,4 +436,23 @@ func folds(name []byte) bool {
 		}
 	}
 	return false
+}
+
+// promptCount is how many prompts a completion's prompt member holds: a
+// string or an array of token ids is one, an array of strings or of id
+// arrays one per element.
+func promptCount(prompt []byte) int {
+	v := bytes.TrimLeft(prompt, " \t\r\n")
+	if len(v) == 0 || v[0] != '[' {
+		return 1
+	}
+	first := bytes.TrimLeft(v[1:], " \t\r\n")
+	if len(first) == 0 || (first[0] != '"' && first[0] != '[') {
+		return 1 // token ids, or empty
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(v, &list) != nil || len(list) == 0 {
+		return 1
+	}
+	return len(list)
 }

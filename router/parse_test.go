@@ -29,7 +29,8 @@ func TestParseInference(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, apiErr := parseInference([]byte(tt.body))
 			require.Nil(t, apiErr)
-			got.memberTokens, got.memberBytes, got.bodyBytes = [3]int{}, [3]int{}, 0 // checkRoute's (TestPromptEstimateIsTheRoutes)
+			// checkRoute's (TestPromptEstimateIsTheRoutes, TestCompletionsReserveEveryPrompt)
+			got.memberTokens, got.memberBytes, got.bodyBytes, got.maxTokensOnly, got.prompt = [3]int{}, [3]int{}, 0, 0, nil
 			assert.Equal(t, tt.want, got)
 		})
 	}
@@ -57,6 +58,29 @@ func TestPromptEstimateIsTheRoutes(t *testing.T) {
 		require.NoError(t, p.checkRoute(tt.path))
 		assert.GreaterOrEqual(t, p.promptTokens, tt.least, "%s %.60s", tt.path, tt.body)
 		assert.LessOrEqual(t, p.promptTokens, tt.most, "%s %.60s", tt.path, tt.body)
+	}
+}
+
+// TestCompletionsReserveEveryPrompt: a completion's prompt list gets its
+// choices per prompt, and max_tokens counts when it is the larger (a
+// legacy server reads it, not max_completion_tokens).
+func TestCompletionsReserveEveryPrompt(t *testing.T) {
+	for _, tt := range []struct {
+		path, body         string
+		choices, maxTokens int
+	}{
+		{"/v1/completions", `{"model":"m","n":2,"max_tokens":5,"prompt":["a","b","c"]}`, 6, 5},
+		{"/v1/completions", `{"model":"m","best_of":3,"prompt":[[1,2],[3],[4]]}`, 9, 0},
+		{"/v1/completions", `{"model":"m","prompt":[1,2,3]}`, 1, 0},
+		{"/v1/completions", `{"model":"m","prompt":"abc"}`, 1, 0},
+		{"/v1/completions", `{"model":"m","max_tokens":4000,"max_completion_tokens":1,"prompt":"hi"}`, 1, 4000},
+		{"/v1/chat/completions", `{"model":"m","max_tokens":4000,"max_completion_tokens":1,"messages":[]}`, 1, 1},
+	} {
+		p, err := parseInference([]byte(tt.body))
+		require.NoError(t, err)
+		require.NoError(t, p.checkRoute(tt.path))
+		assert.Equal(t, tt.choices, p.choices, tt.body)
+		assert.Equal(t, tt.maxTokens, p.maxTokens, tt.body)
 	}
 }
 

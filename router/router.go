@@ -161,7 +161,7 @@ type Router struct {
 	maxBody     int64
 	// metricsToken is Options.MetricsToken.
 	metricsToken string
-	bodies       bodyBudget
+	bodies       *bodyBudget
 	retries      int
 	cooldown     time.Duration
 	proxy        *proxy.Proxy
@@ -244,7 +244,7 @@ func New(o Options) (*Router, error) {
 	rt := &Router{
 		maxBody:      o.MaxBodyBytes,
 		metricsToken: o.MetricsToken,
-		bodies:       bodyBudget{max: o.MaxBodyBytesInFlight},
+		bodies:       newBodyBudget(o.MaxBodyBytesInFlight, o.MaxBodyBytes),
 		retries:      o.Retries,
 		cooldown:     o.Cooldown,
 		proxy:        px,

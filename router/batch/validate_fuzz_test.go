@@ -57,3 +57,16 @@ func TestFlexBodyGrowsByItsTierOnly(t *testing.T) {
 	assert.NotContains(t, string(out), "stream_options")
 	assert.LessOrEqual(t, len(out), len(in)+flexGrowth)
 }
+
+// TestLinesAreMeasuredAsSent: a body whose member names grow when
+// re-encoded (U+2028 is escaped, six bytes for three) is measured as it
+// will be sent: it passed validation under max_body_bytes and failed 413
+// on every run.
+func TestLinesAreMeasuredAsSent(t *testing.T) {
+	body := `{"model":"m","` + strings.Repeat("\u2028", 1000) + `":1,"messages":[]}`
+	line := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":` + body + "}\n"
+	_, errs := validate(strings.NewReader(line), "/v1/chat/completions", 10, 1<<20, len(body)+flexGrowth+100, 16)
+	require.Len(t, errs, 1)
+	assert.Equal(t, "request_too_large", errs[0].Code)
+	assert.Contains(t, errs[0].Message, "as sent")
+}

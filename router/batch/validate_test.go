@@ -51,7 +51,7 @@ func TestInvalidInput(t *testing.T) {
 		{"empty", []string{"", ""}, []string{"the input file holds no requests"}, []string{"empty_file"}},
 		{"a body over max_body_bytes", []string{chatLine("a", model, 4),
 			`{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"model":"` + model + `","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}}`},
-			[]string{"line 2: body is 5064 bytes; the server takes request bodies of at most 4096 (max_body_bytes, less 22 for the service_tier it is sent with)"}, []string{"request_too_large"}},
+			[]string{"line 2: body is 5086 bytes as sent (with its service_tier); the server takes request bodies of at most 4096 (max_body_bytes)"}, []string{"request_too_large"}},
 		{"two models", []string{chatLine("a", model, 4), chatLine("b", model, 4), chatLine("c", other, 4)},
 			[]string{`line 3: body.model "` + other + `" is not "` + model + `", the model of line 1: a batch runs one model`},
 			[]string{"mismatched_model"}},
