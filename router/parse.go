@@ -29,7 +29,7 @@ type parsed struct {
 	user         string
 	includeUsage bool   // the client asked for stream_options.include_usage itself
 	serviceTier  string // as sent; "" when absent
-	promptTokens int    // jsonscan.PromptTokens: token ids exactly, text at four bytes a token; checkRoute makes it the route's
+	promptTokens int    // token ids exactly, text at four bytes a token; checkRoute makes it the route's
 	// The tokens and bytes of the messages, prompt and input members'
 	// values, and the body's bytes, for checkRoute's estimate.
 	memberTokens, memberBytes [3]int
@@ -142,7 +142,8 @@ func parseInference(body []byte) (parsed, error) {
 		return parsed{}, badRequest("model", "missing_required_parameter",
 			"you must provide a model parameter")
 	}
-	// jsonscan.PromptTokens, from the counts the check made on its way.
+	// The first prompt member's tokens, from the counts the check made on
+	// its way; checkRoute makes it the route's.
 	p.promptTokens = len(body) / jsonscan.BytesPerToken
 	if i := jsonscan.PromptMember(messages, promptText, input); i >= 0 {
 		p.promptTokens = tokens[i]
@@ -251,7 +252,7 @@ func (p *parsed) checkRoute(path string) error {
 		// a legacy server may read max_tokens where the limits read
 		// max_completion_tokens: 500 prompts with max_tokens 1000 were
 		// reserved 1,000 output tokens and generated 500,000.
-		p.choices *= promptCount(p.prompt)
+		p.choices *= jsonscan.PromptCount(p.prompt)
 		p.maxTokens = max(p.maxTokens, p.maxTokensOnly)
 	}
 	member, kind, want := "", byte(0), ""
@@ -436,23 +437,4 @@ func folds(name []byte) bool {
 		}
 	}
 	return false
-}
-
-// promptCount is how many prompts a completion's prompt member holds: a
-// string or an array of token ids is one, an array of strings or of id
-// arrays one per element.
-func promptCount(prompt []byte) int {
-	v := bytes.TrimLeft(prompt, " \t\r\n")
-	if len(v) == 0 || v[0] != '[' {
-		return 1
-	}
-	first := bytes.TrimLeft(v[1:], " \t\r\n")
-	if len(first) == 0 || (first[0] != '"' && first[0] != '[') {
-		return 1 // token ids, or empty
-	}
-	var list []json.RawMessage
-	if json.Unmarshal(v, &list) != nil || len(list) == 0 {
-		return 1
-	}
-	return len(list)
 }

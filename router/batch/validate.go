@@ -88,7 +88,8 @@ type lineBody struct {
 	MaxTokens           *int   `json:"max_tokens"`
 	MaxCompletionTokens *int   `json:"max_completion_tokens"`
 	N                   *int   `json:"n"`
-	// The prompt, for its size (jsonscan.PromptTokens, as the router
+	BestOf              *int   `json:"best_of"`
+	// The prompt, for its size (jsonscan.RouteTokens, as the router
 	// estimates it).
 	Messages, Prompt, Input json.RawMessage
 }
@@ -204,24 +205,39 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 		bad(no, "mismatched_model", "body.model", "body.model %q is not %q, the model of line %d: a batch runs one model",
 			echo(body.Model), echo(c.model), c.modelLine)
 	}
+	// The output as the router reserves it: max_completion_tokens, or on
+	// completions max_tokens when larger; n or best_of choices, per prompt
+	// of a completion's prompt list.
 	out := defaultMaxTokens
 	switch {
 	case in.URL == "/v1/embeddings":
 		out = 0
 	case body.MaxCompletionTokens != nil:
 		out = *body.MaxCompletionTokens
+		if in.URL == "/v1/completions" && body.MaxTokens != nil {
+			out = max(out, *body.MaxTokens)
+		}
 	case body.MaxTokens != nil:
 		out = *body.MaxTokens
 	}
 	choices := 1
-	if body.N != nil {
-		if *body.N < 1 || *body.N > maxChoices {
-			bad(no, "invalid_value", "body.n", "body.n must be from 1 to %d, got %d", maxChoices, *body.N)
+	for _, m := range []struct {
+		name string
+		v    *int
+	}{{"n", body.N}, {"best_of", body.BestOf}} {
+		if m.v == nil {
+			continue
+		}
+		if *m.v < 1 || *m.v > maxChoices {
+			bad(no, "invalid_value", "body."+m.name, "body.%s must be from 1 to %d, got %d", m.name, maxChoices, *m.v)
 			return
 		}
-		choices = *body.N
+		choices = max(choices, *m.v)
 	}
-	c.tokens += int64(jsonscan.PromptTokens(body.Messages, body.Prompt, body.Input, len(in.Body))) +
+	if in.URL == "/v1/completions" {
+		choices *= jsonscan.PromptCount(body.Prompt)
+	}
+	c.tokens += int64(jsonscan.RouteTokens(in.URL, body.Messages, body.Prompt, body.Input, len(in.Body))) +
 		int64(min(max(out, 0), maxOutputEstimate))*int64(choices)
 }
 

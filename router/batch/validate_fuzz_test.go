@@ -70,3 +70,23 @@ func TestLinesAreMeasuredAsSent(t *testing.T) {
 	assert.Equal(t, "request_too_large", errs[0].Code)
 	assert.Contains(t, errs[0].Message, "as sent")
 }
+
+// TestQueuedTokensCountWhatRuns: a line's estimate is the router's: a
+// completion's prompt list gets its choices per prompt, best_of counts,
+// and the route's member is the prompt (a decoy "messages" beside it hid
+// it).
+func TestQueuedTokensCountWhatRuns(t *testing.T) {
+	for _, tt := range []struct {
+		body  string
+		least int64
+	}{
+		{`{"model":"m","max_tokens":100,"prompt":["a","b","c","d","e","f","g","h","i","j"]}`, 1000},
+		{`{"model":"m","max_tokens":100,"best_of":10,"prompt":"a"}`, 1000},
+		{`{"model":"m","max_tokens":1,"messages":[],"prompt":"` + strings.Repeat("x", 4000) + `"}`, 1000},
+	} {
+		line := `{"custom_id":"a","method":"POST","url":"/v1/completions","body":` + tt.body + "}\n"
+		c, errs := validate(strings.NewReader(line), "/v1/completions", 10, 1<<20, 0, 16)
+		require.Empty(t, errs, tt.body)
+		assert.GreaterOrEqual(t, c.tokens, tt.least, "%.60s", tt.body)
+	}
+}

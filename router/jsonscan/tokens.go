@@ -1,5 +1,10 @@
 package jsonscan
 
+import (
+	"bytes"
+	"encoding/json"
+)
+
 // BytesPerToken is the rough size of a token in text: about four bytes of
 // English or code per token in the common tokenizers (and exactly four in
 // gpuworker's stand-in tokenizer).
@@ -33,20 +38,45 @@ func ApproxTokens(v []byte) int {
 	return n
 }
 
-// PromptTokens estimates a request's prompt tokens from its members: the
-// first present of messages (chat), prompt (completions) and input
-// (embeddings), by ApproxTokens; with none, the body's bodyLen bytes at
-// BytesPerToken.
-func PromptTokens(messages, prompt, input []byte, bodyLen int) int {
-	members := [...][]byte{messages, prompt, input}
-	if i := PromptMember(messages, prompt, input); i >= 0 {
-		return ApproxTokens(members[i])
+// RouteTokens estimates the prompt tokens of a request to path, as the
+// router does: the route's member (messages for chat, prompt for
+// completions, input for embeddings) by ApproxTokens, and every other byte
+// of its bodyLen-byte body at BytesPerToken.
+func RouteTokens(path string, messages, prompt, input []byte, bodyLen int) int {
+	var m []byte
+	switch path {
+	case "/v1/chat/completions":
+		m = messages
+	case "/v1/completions":
+		m = prompt
+	case "/v1/embeddings":
+		m = input
 	}
-	return bodyLen / BytesPerToken
+	return ApproxTokens(m) + (bodyLen-len(m))/BytesPerToken
+}
+
+// PromptCount is how many prompts a completion's prompt member holds: a
+// string or an array of token ids is one, an array of strings or of id
+// arrays one per element.
+func PromptCount(prompt []byte) int {
+	v := bytes.TrimLeft(prompt, " \t\r\n")
+	if len(v) == 0 || v[0] != '[' {
+		return 1
+	}
+	first := bytes.TrimLeft(v[1:], " \t\r\n")
+	if len(first) == 0 || (first[0] != '"' && first[0] != '[') {
+		return 1 // token ids, or empty
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(v, &list) != nil || len(list) == 0 {
+		return 1
+	}
+	return len(list)
 }
 
 // PromptMember is which of messages, prompt and input (0, 1 or 2)
-// PromptTokens counts: the first present; -1 when none is.
+// parseInference estimates before it knows the route: the first present;
+// -1 when none is.
 func PromptMember(messages, prompt, input []byte) int {
 	switch {
 	case messages != nil:
