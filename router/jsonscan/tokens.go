@@ -13,7 +13,9 @@ const BytesPerToken = 4
 // ApproxTokens estimates the tokens a prompt's JSON value v holds without
 // a tokenizer: each number counts one (a prompt given as token ids, as
 // /v1/completions and /v1/embeddings accept, is counted exactly) and each
-// string one per BytesPerToken bytes, rounded up. Keys and role names are
+// string one per BytesPerToken bytes, rounded up, and at least one (a
+// tokenizer adds a special token to each prompt: 100,000 empty strings
+// as embeddings inputs were 200,000 tokens estimated at none). Keys and role names are
 // strings too, so a chat message's framing counts a few tokens, about what
 // chat templates add. v must be valid JSON. It allocates nothing.
 func ApproxTokens(v []byte) int {
@@ -25,7 +27,7 @@ func ApproxTokens(v []byte) int {
 			if end < 0 {
 				return n
 			}
-			n += (end - i - 2 + BytesPerToken - 1) / BytesPerToken
+			n += max((end-i-2+BytesPerToken-1)/BytesPerToken, 1)
 			i = end
 		case c == '-' || c >= '0' && c <= '9':
 			n++

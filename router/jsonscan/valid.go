@@ -175,7 +175,7 @@ func scan(b []byte, fn func(key, val []byte, tokens int)) bool {
 
 // stringTokens is ApproxTokens of a string n bytes long, its quotes
 // included.
-func stringTokens(n int) int { return (n - 2 + BytesPerToken - 1) / BytesPerToken }
+func stringTokens(n int) int { return max((n-2+BytesPerToken-1)/BytesPerToken, 1) }
 
 // member reads an object member's `"key" :` from b[i] and returns the
 // index after the key's closing quote and where the value starts (after
