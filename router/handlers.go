@@ -137,8 +137,14 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	ask := quota.Amount{Requests: 1, Input: int64(req.promptTokens)}
 	if r.URL.Path != "/v1/embeddings" {
 		out := req.maxTokens
-		if out == 0 {
+		if out == 0 && tenant.DefaultMaxTokens > 0 {
+			// What is reserved is what the backend may generate: without a
+			// cap it runs to the context's end (three choices with
+			// ignore_eos made 24,555 tokens where 768 were reserved).
 			out = tenant.DefaultMaxTokens
+			if b, err := usage.SetMaxTokens(body, out); err == nil {
+				body = b
+			}
 		}
 		ask.Output = policies.OutputEstimate(out, req.choices) // each of n completions may run to max_tokens
 	}

@@ -253,7 +253,7 @@ func (p *parsed) checkRoute(path string) error {
 		// max_completion_tokens: 500 prompts with max_tokens 1000 were
 		// reserved 1,000 output tokens and generated 500,000.
 		p.choices *= jsonscan.PromptCount(p.prompt)
-		p.maxTokens = max(p.maxTokens, p.maxTokensOnly)
+		p.maxTokens = p.maxTokensOnly // not max_completion_tokens: legacy servers do not read it
 	}
 	member, kind, want := "", byte(0), ""
 	switch path {

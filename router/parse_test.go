@@ -74,6 +74,8 @@ func TestCompletionsReserveEveryPrompt(t *testing.T) {
 		{"/v1/completions", `{"model":"m","prompt":[1,2,3]}`, 1, 0},
 		{"/v1/completions", `{"model":"m","prompt":"abc"}`, 1, 0},
 		{"/v1/completions", `{"model":"m","max_tokens":4000,"max_completion_tokens":1,"prompt":"hi"}`, 1, 4000},
+		{"/v1/completions", `{"model":"m","max_completion_tokens":1,"prompt":"hi"}`, 1, 0}, // the tier's default is reserved, and sent
+
 		{"/v1/chat/completions", `{"model":"m","max_tokens":4000,"max_completion_tokens":1,"messages":[]}`, 1, 1},
 	} {
 		p, err := parseInference([]byte(tt.body))

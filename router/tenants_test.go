@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -373,5 +374,50 @@ func TestLimitStoreDownFailsOpenOrClosed(t *testing.T) {
 		}
 		assert.Equal(t, want, res.StatusCode, "ready unless every request would get 503")
 		http.DefaultClient.CloseIdleConnections()
+	}
+}
+
+// TestTheReservedOutputIsTheBackendsCap: a request without max_tokens (or
+// with null) reserves the tier's default_max_tokens, and that default is
+// sent as its max_tokens: without it the backend may generate to the
+// context's end, far past what was reserved.
+func TestTheReservedOutputIsTheBackendsCap(t *testing.T) {
+	var mu sync.Mutex
+	var got []map[string]any
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		mu.Lock()
+		got = append(got, m)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}))
+	t.Cleanup(backend.Close)
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro", DefaultMaxTokens: 77})
+	s := startSluice(t, opts, routeSpec{model: model, urls: []string{backend.URL}})
+	for _, tt := range []struct {
+		path, body string
+		want       any // max_tokens as the backend got it
+	}{
+		{"/v1/chat/completions", `{"model":"` + model + `","messages":[]}`, float64(77)},
+		{"/v1/chat/completions", `{"model":"` + model + `","max_tokens":null,"messages":[]}`, float64(77)},
+		{"/v1/completions", `{"model":"` + model + `","max_completion_tokens":1,"prompt":"hi"}`, float64(77)},
+		{"/v1/chat/completions", `{"model":"` + model + `","max_tokens":5,"messages":[]}`, float64(5)},
+		{"/v1/chat/completions", `{"model":"` + model + `","max_completion_tokens":5,"messages":[]}`, nil},
+		{"/v1/embeddings", `{"model":"` + model + `","input":"hi"}`, nil},
+	} {
+		req, err := http.NewRequest(http.MethodPost, s.srv.URL+tt.path, strings.NewReader(tt.body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk-acme")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, tt.body)
+		mu.Lock()
+		last := got[len(got)-1]
+		mu.Unlock()
+		assert.Equal(t, tt.want, last["max_tokens"], tt.body)
 	}
 }

@@ -205,18 +205,20 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 		bad(no, "mismatched_model", "body.model", "body.model %q is not %q, the model of line %d: a batch runs one model",
 			echo(body.Model), echo(c.model), c.modelLine)
 	}
-	// The output as the router reserves it: max_completion_tokens, or on
-	// completions max_tokens when larger; n or best_of choices, per prompt
-	// of a completion's prompt list.
+	// The output as the router reserves it: max_completion_tokens, else
+	// max_tokens (on completions max_tokens alone, as legacy servers read
+	// it), else the tier's default; n or best_of choices, per prompt of a
+	// completion's prompt list.
 	out := defaultMaxTokens
 	switch {
 	case in.URL == "/v1/embeddings":
 		out = 0
+	case in.URL == "/v1/completions":
+		if body.MaxTokens != nil {
+			out = *body.MaxTokens
+		}
 	case body.MaxCompletionTokens != nil:
 		out = *body.MaxCompletionTokens
-		if in.URL == "/v1/completions" && body.MaxTokens != nil {
-			out = max(out, *body.MaxTokens)
-		}
 	case body.MaxTokens != nil:
 		out = *body.MaxTokens
 	}

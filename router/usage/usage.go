@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 
 	"github.com/sluice-llm/sluice/router/jsonscan"
 )
@@ -69,6 +70,20 @@ func SetModel(body []byte, name string) ([]byte, error) {
 		return top.insert(body, `"model":`+string(v)), nil
 	}
 	return splice(body, top.value, top.valueEnd, "", string(v)), nil
+}
+
+// SetMaxTokens returns a copy of body whose top-level "max_tokens" is n,
+// added, or replacing a null.
+func SetMaxTokens(body []byte, n int) ([]byte, error) {
+	top, err := scanObject(body, jsonscan.SkipSpace(body, 0), "max_tokens")
+	if err != nil {
+		return nil, err
+	}
+	v := strconv.Itoa(n)
+	if top.value < 0 {
+		return top.insert(body, `"max_tokens":`+v), nil
+	}
+	return splice(body, top.value, top.valueEnd, "", v), nil
 }
 
 // object locates the parts of a JSON object that an edit needs.
