@@ -172,32 +172,25 @@ func parseInference(body []byte) (parsed, error) {
 		p.maxTokensOnly = *f.maxTokens
 	}
 	p.prompt = promptText
+	// best_of: legacy completions (and vLLM) generate best_of sequences
+	// and return the n best, so the output to reserve is the larger's.
 	p.choices = 1
-	if f.choices != nil {
-		n := *f.choices
-		switch {
-		case n < 1:
-			return parsed{}, badRequest("n", "integer_below_min_value",
-				fmt.Sprintf("Invalid 'n': integer below minimum value. Expected a value >= 1, but got %d instead.", n))
-		case n > maxChoices:
-			return parsed{}, badRequest("n", "integer_above_max_value",
-				fmt.Sprintf("Invalid 'n': integer above maximum value. Expected a value <= %d, but got %d instead.", maxChoices, n))
+	for _, m := range []struct {
+		name string
+		val  *int
+	}{{"n", f.choices}, {"best_of", f.bestOf}} {
+		if m.val == nil {
+			continue
 		}
-		p.choices = n
-	}
-	if f.bestOf != nil {
-		// Legacy completions (and vLLM) generate best_of sequences and
-		// return the n best: the output to reserve is best_of's.
-		switch b := *f.bestOf; {
-		case b < 1:
-			return parsed{}, badRequest("best_of", "integer_below_min_value",
-				fmt.Sprintf("Invalid 'best_of': integer below minimum value. Expected a value >= 1, but got %d instead.", b))
-		case b > maxChoices:
-			return parsed{}, badRequest("best_of", "integer_above_max_value",
-				fmt.Sprintf("Invalid 'best_of': integer above maximum value. Expected a value <= %d, but got %d instead.", maxChoices, b))
-		default:
-			p.choices = max(p.choices, b)
+		switch v := *m.val; {
+		case v < 1:
+			return parsed{}, badRequest(m.name, "integer_below_min_value", fmt.Sprintf(
+				"Invalid '%s': integer below minimum value. Expected a value >= 1, but got %d instead.", m.name, v))
+		case v > maxChoices:
+			return parsed{}, badRequest(m.name, "integer_above_max_value", fmt.Sprintf(
+				"Invalid '%s': integer above maximum value. Expected a value <= %d, but got %d instead.", m.name, maxChoices, v))
 		}
+		p.choices = max(p.choices, *m.val)
 	}
 	return *p, nil
 }
