@@ -237,7 +237,7 @@ func firstByte(val []byte) byte {
 // at nothing (119 times a daily quota in one request), and chat's tools,
 // which the template puts in the prompt, were not counted at all.
 func (p *parsed) checkRoute(path string) error {
-	if i := routeMember(path); i >= 0 {
+	if i := jsonscan.RouteMember(path); i >= 0 {
 		p.promptTokens = p.memberTokens[i] + (p.bodyBytes-p.memberBytes[i])/jsonscan.BytesPerToken
 	}
 	if path == "/v1/completions" {
@@ -271,20 +271,6 @@ func (p *parsed) checkRoute(path string) error {
 	}
 	return badRequest(member, "invalid_type",
 		fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", member, want, kindOf(kind)))
-}
-
-// routeMember is which of messages, prompt and input (0, 1, 2) path's
-// requests carry their prompt in; -1 for another path.
-func routeMember(path string) int {
-	switch path {
-	case "/v1/chat/completions":
-		return 0
-	case "/v1/completions":
-		return 1
-	case "/v1/embeddings":
-		return 2
-	}
-	return -1
 }
 
 // textOrAbsent reports whether a prompt member of kind k (its first byte)

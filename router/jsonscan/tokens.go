@@ -46,15 +46,24 @@ func ApproxTokens(v []byte) int {
 // of its bodyLen-byte body at BytesPerToken.
 func RouteTokens(path string, messages, prompt, input []byte, bodyLen int) int {
 	var m []byte
-	switch path {
-	case "/v1/chat/completions":
-		m = messages
-	case "/v1/completions":
-		m = prompt
-	case "/v1/embeddings":
-		m = input
+	if i := RouteMember(path); i >= 0 {
+		m = [...][]byte{messages, prompt, input}[i]
 	}
 	return ApproxTokens(m) + (bodyLen-len(m))/BytesPerToken
+}
+
+// RouteMember is which of messages, prompt and input (0, 1, 2) a request
+// to path carries its prompt in; -1 for another path.
+func RouteMember(path string) int {
+	switch path {
+	case "/v1/chat/completions":
+		return 0
+	case "/v1/completions":
+		return 1
+	case "/v1/embeddings":
+		return 2
+	}
+	return -1
 }
 
 // PromptCount is how many prompts a completion's prompt member holds: a

@@ -58,32 +58,30 @@ func AskUsage(body []byte) (out []byte, injected bool, err error) {
 // SetModel returns a copy of body whose top-level "model" is name (a
 // request falling back to another model's pool).
 func SetModel(body []byte, name string) ([]byte, error) {
-	top, err := scanObject(body, jsonscan.SkipSpace(body, 0), "model")
-	if err != nil {
-		return nil, err
-	}
 	v, err := json.Marshal(name)
 	if err != nil {
 		return nil, err
 	}
-	if top.value < 0 {
-		return top.insert(body, `"model":`+string(v)), nil
-	}
-	return splice(body, top.value, top.valueEnd, "", string(v)), nil
+	return setMember(body, "model", string(v))
 }
 
 // SetMaxTokens returns a copy of body whose top-level "max_tokens" is n,
 // added, or replacing a null.
 func SetMaxTokens(body []byte, n int) ([]byte, error) {
-	top, err := scanObject(body, jsonscan.SkipSpace(body, 0), "max_tokens")
+	return setMember(body, "max_tokens", strconv.Itoa(n))
+}
+
+// setMember returns a copy of body whose top-level member key has the
+// JSON value raw: added, or replacing the one there.
+func setMember(body []byte, key, raw string) ([]byte, error) {
+	top, err := scanObject(body, jsonscan.SkipSpace(body, 0), key)
 	if err != nil {
 		return nil, err
 	}
-	v := strconv.Itoa(n)
 	if top.value < 0 {
-		return top.insert(body, `"max_tokens":`+v), nil
+		return top.insert(body, `"`+key+`":`+raw), nil
 	}
-	return splice(body, top.value, top.valueEnd, "", v), nil
+	return splice(body, top.value, top.valueEnd, "", raw), nil
 }
 
 // object locates the parts of a JSON object that an edit needs.
