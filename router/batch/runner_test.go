@@ -236,11 +236,13 @@ func TestStopLetsRunningLinesFinish(t *testing.T) {
 			f := start(t, s)
 			ctx := context.Background()
 			acme := f.client(t, "sk-acme")
-			b := create(t, acme, upload(t, acme, chatLines(20, model, 30)).ID, openai.BatchNewParamsEndpointV1ChatCompletions)
+			b := create(t, acme, upload(t, acme, chatLines(20, model, 60)).ID, openai.BatchNewParamsEndpointV1ChatCompletions)
 			// The gate runs one line at a time: of the two in flight, one
-			// runs and one waits for admission.
+			// runs and one waits for admission. (A line is counted completed
+			// before it leaves the flight, so the counters alone can show two
+			// in flight with none waiting.)
 			require.Eventually(t, func() bool {
-				return linesTotal(t, f, "completed") >= 1 && linesInFlight(t, f) == 2
+				return linesTotal(t, f, "completed") >= 1 && linesInFlight(t, f) == 2 && f.gate.Waiting() == 1
 			}, 20*time.Second, time.Millisecond)
 			done, refused := linesTotal(t, f, "completed"), linesTotal(t, f, "no_capacity")
 			f.stopRunner()
