@@ -39,6 +39,13 @@ type Batch struct {
 	MaxTenantBytes int64 `yaml:"max_tenant_bytes"`
 	// MaxLines caps the requests in one batch input file. Default 50000.
 	MaxLines int `yaml:"max_lines"`
+	// FileExpiry is how long an uploaded file is kept when its upload
+	// does not say (expires_after), as OpenAI deletes batch files after 30
+	// days; a runner deletes expired files (each minute) once no running
+	// batch reads them. Output files are kept until deleted unless the
+	// batch says (output_expires_after). Default 720h; at least 1s; -1s
+	// keeps uploads until deleted.
+	FileExpiry Duration `yaml:"file_expiry"`
 	// CompletionWindow is how long a batch may run before it expires,
 	// returning what finished. Default 24h; at least 1s.
 	CompletionWindow Duration `yaml:"completion_window"`
@@ -64,6 +71,7 @@ const (
 	DefaultBatchMaxFileBytes     = 200 << 20
 	DefaultBatchMaxTenantBytes   = 10 << 30
 	DefaultBatchMaxLines         = 50_000
+	DefaultBatchFileExpiry       = 30 * 24 * time.Hour
 	DefaultBatchCompletionWindow = 24 * time.Hour
 	DefaultBatchLeaseTTL         = time.Minute
 	DefaultBatchMaxAttempts      = 3
@@ -90,6 +98,9 @@ func (b *Batch) applyDefaults() {
 	}
 	if b.MaxLines == 0 {
 		b.MaxLines = DefaultBatchMaxLines
+	}
+	if b.FileExpiry == 0 {
+		b.FileExpiry = Duration(DefaultBatchFileExpiry)
 	}
 	if b.CompletionWindow == 0 {
 		b.CompletionWindow = Duration(DefaultBatchCompletionWindow)
@@ -121,6 +132,9 @@ func (c *Config) validateBatch(bad func(field, format string, args ...any)) {
 	}
 	if b.MaxLines < 1 {
 		bad("batch.max_lines", "must be positive, got %d", b.MaxLines)
+	}
+	if b.FileExpiry > 0 && b.FileExpiry < Duration(time.Second) || b.FileExpiry < 0 && b.FileExpiry != Duration(-time.Second) {
+		bad("batch.file_expiry", "must be at least 1s, or -1s to keep files until deleted, got %s", b.FileExpiry.Std())
 	}
 	if b.CompletionWindow < Duration(time.Second) {
 		bad("batch.completion_window", "must be at least 1s, got %s", b.CompletionWindow.Std())

@@ -71,7 +71,7 @@ func newBatchAPI(c *configs.Config, redisURL string, log *slog.Logger) (*batchAP
 		Store: store, Dir: filepath.Join(b.DataDir, "files"), Owner: batchOwner,
 		MaxFileBytes: b.MaxFileBytes, MaxLines: b.MaxLines, CompletionWindow: b.CompletionWindow.Std(),
 		QueuedTokens: b.QueuedTokens, Logger: log, UploadIdle: c.BodyReadTimeout.Std(),
-		MaxBodyBytes: c.MaxBodyBytes, MaxTenantBytes: b.MaxTenantBytes,
+		MaxBodyBytes: c.MaxBodyBytes, MaxTenantBytes: b.MaxTenantBytes, FileExpiry: b.FileExpiry.Std(),
 	})
 	if err != nil {
 		return nil, errors.Join(err, closeStore())

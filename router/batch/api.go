@@ -42,6 +42,11 @@ type Options struct {
 	MaxTenantBytes int64
 	// MaxLines caps the requests in one input file. Default 50,000.
 	MaxLines int
+	// FileExpiry is how long an uploaded file is kept when its upload
+	// does not say (expires_after): OpenAI deletes batch files after 30
+	// days. Zero or negative: kept until deleted. Output files are kept
+	// until deleted unless their batch says (output_expires_after).
+	FileExpiry time.Duration
 	// MaxBodyBytes is the router's cap on a request body: an input line
 	// whose body is larger fails the batch's validation, naming it. Zero:
 	// no cap but the line's (16 MiB).
@@ -176,10 +181,11 @@ func (s *Service) methods(w http.ResponseWriter, r *http.Request, hs map[string]
 	return h(w, r, owner, id)
 }
 
-// ownFile returns owner's file id; another tenant's is not found.
+// ownFile returns owner's file id; another tenant's, or an expired one,
+// is not found.
 func (s *Service) ownFile(ctx context.Context, owner Owner, id, param string) (FileMeta, error) {
 	f, err := s.o.Store.File(ctx, id)
-	if errors.Is(err, ErrNotFound) || (err == nil && f.Owner != owner.Tenant) {
+	if errors.Is(err, ErrNotFound) || (err == nil && (f.Owner != owner.Tenant || f.expired(s.o.Now()))) {
 		return FileMeta{}, notFound("File", param, id)
 	}
 	return f, err
@@ -303,9 +309,8 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request, owner Owner,
 	if err != nil {
 		return err
 	}
-	if p := q.Get("purpose"); p != "" {
-		files = slices.DeleteFunc(files, func(f FileMeta) bool { return f.Purpose != p })
-	}
+	now, purpose := s.o.Now(), q.Get("purpose")
+	files = slices.DeleteFunc(files, func(f FileMeta) bool { return f.expired(now) || purpose != "" && f.Purpose != purpose })
 	slices.SortFunc(files, func(a, b FileMeta) int {
 		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
@@ -415,6 +420,13 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, owner Owne
 	if err := checkMetadata(req.Metadata); err != nil {
 		return err
 	}
+	var outputExpiry int64
+	if req.OutputExpiresAfter != nil {
+		var err error
+		if outputExpiry, err = req.OutputExpiresAfter.check("output_expires_after"); err != nil {
+			return err
+		}
+	}
 	if owner.NoFlex {
 		return badRequest("", "flex_not_allowed",
 			"Batch requests run in the flex service class, which your tier does not include.")
@@ -430,7 +442,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, owner Owne
 	now := s.o.Now()
 	b := BatchMeta{ID: newID("batch_"), Owner: owner.Tenant, Tier: owner.Tier, Endpoint: req.Endpoint,
 		InputFileID: f.ID, CompletionWindow: req.CompletionWindow, Metadata: req.Metadata,
-		Status: StatusValidating, DefaultMaxTokens: owner.DefaultMaxTokens,
+		Status: StatusValidating, DefaultMaxTokens: owner.DefaultMaxTokens, OutputExpiry: outputExpiry,
 		CreatedAt: now.Unix(), ExpiresAt: now.Add(s.o.CompletionWindow).Unix()}
 	if err := s.o.Store.CreateBatch(ctx, b); err != nil {
 		return err

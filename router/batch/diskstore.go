@@ -256,6 +256,19 @@ func (s *DiskStore) DeleteFile(_ context.Context, id string) error {
 	return nil
 }
 
+// ExpiredFiles implements Store.
+func (s *DiskStore) ExpiredFiles(_ context.Context, now time.Time) ([]FileMeta, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []FileMeta
+	for _, f := range s.files {
+		if f.expired(now) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
 // CreateBatch implements Store.
 func (s *DiskStore) CreateBatch(_ context.Context, b BatchMeta) error {
 	s.mu.Lock()

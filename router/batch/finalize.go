@@ -176,6 +176,9 @@ func (r *Runner) writeFiles(ctx context.Context, b BatchMeta, ending Status) (wr
 		}
 		meta := FileMeta{ID: f.id, Owner: b.Owner, Filename: b.ID + "_" + f.name + ".jsonl",
 			Purpose: PurposeBatchOutput, Bytes: f.bw.size, CreatedAt: now}
+		if b.OutputExpiry > 0 {
+			meta.ExpiresAt = now + b.OutputExpiry
+		}
 		if err := r.s.o.Store.SaveFile(ctx, meta); err != nil {
 			return w, err
 		}

@@ -3,6 +3,7 @@ package batch
 import (
 	"encoding/json"
 	"slices"
+	"time"
 )
 
 // Status is a batch's state, as OpenAI names it.
@@ -69,6 +70,15 @@ type FileMeta struct {
 	Purpose   string `json:"purpose"`
 	Bytes     int64  `json:"bytes"`
 	CreatedAt int64  `json:"created_at"`
+	// ExpiresAt is when the file is deleted (Unix seconds); 0: kept
+	// until deleted.
+	ExpiresAt int64 `json:"expires_at,omitempty"`
+}
+
+// expired reports whether f's expiry has passed at now: the API no
+// longer shows it, and the runner deletes it once no batch uses it.
+func (f FileMeta) expired(now time.Time) bool {
+	return f.ExpiresAt > 0 && now.Unix() >= f.ExpiresAt
 }
 
 // LineError is one problem found in a batch's input, or the reason a
@@ -122,6 +132,10 @@ type BatchMeta struct {
 	// EstimatedTokens is the queued-token estimate of the whole batch:
 	// prompt bytes / 4 + max_tokens (or DefaultMaxTokens), summed.
 	EstimatedTokens int64 `json:"estimated_tokens,omitempty"`
+	// OutputExpiry is how long the batch's output and error files are
+	// kept after they are written, in seconds (output_expires_after); 0:
+	// until deleted.
+	OutputExpiry int64 `json:"output_expiry,omitempty"`
 
 	OutputFileID string `json:"output_file_id,omitempty"`
 	ErrorFileID  string `json:"error_file_id,omitempty"`

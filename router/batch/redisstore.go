@@ -56,6 +56,7 @@ func (s *RedisStore) filesKey(owner string) string { return s.prefix + ":{meta}:
 func (s *RedisStore) batchKey(id string) string    { return s.prefix + ":{meta}:batch:" + id }
 func (s *RedisStore) ownedKey(owner string) string { return s.prefix + ":{meta}:batches:" + owner }
 func (s *RedisStore) activeKey() string            { return s.prefix + ":{meta}:active" }
+func (s *RedisStore) expiryKey() string            { return s.prefix + ":{meta}:expiry" } // file id -> ExpiresAt
 
 // lineKeys are a batch's line keys: meta (n, next, completed, failed), the
 // free list, the claims (line -> expiry, ms), their holders, the results.
@@ -79,6 +80,9 @@ func (s *RedisStore) SaveFile(ctx context.Context, f FileMeta) error {
 	_, err = s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.fileKey(f.ID), b, 0)
 		p.SAdd(ctx, s.filesKey(f.Owner), f.ID)
+		if f.ExpiresAt > 0 {
+			p.ZAdd(ctx, s.expiryKey(), redis.Z{Score: float64(f.ExpiresAt), Member: f.ID})
+		}
 		return nil
 	})
 	return wrapRedis(err)
@@ -153,9 +157,21 @@ func (s *RedisStore) DeleteFile(ctx context.Context, id string) error {
 	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, s.fileKey(id))
 		p.SRem(ctx, s.filesKey(f.Owner), id)
+		p.ZRem(ctx, s.expiryKey(), id)
 		return nil
 	})
 	return wrapRedis(err)
+}
+
+// ExpiredFiles implements Store.
+func (s *RedisStore) ExpiredFiles(ctx context.Context, now time.Time) ([]FileMeta, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	ids, err := s.c.ZRangeByScore(ctx, s.expiryKey(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.Unix(), 10)}).Result()
+	if err != nil {
+		return nil, wrapRedis(err)
+	}
+	return mget[FileMeta](ctx, s.c, ids, s.fileKey)
 }
 
 // CreateBatch implements Store.

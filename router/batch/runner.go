@@ -98,6 +98,7 @@ type Runner struct {
 
 	lines    *prometheus.CounterVec // outcome
 	inFlight prometheus.GaugeFunc
+	expired  prometheus.Counter
 
 	mu       sync.Mutex
 	inputs   map[string]*input
@@ -109,7 +110,11 @@ type Runner struct {
 	// Only Run's goroutine touches these.
 	active    []BatchMeta
 	lastRenew time.Time
+	lastSweep time.Time
 }
+
+// sweepEvery is how often a runner deletes expired files.
+const sweepEvery = time.Minute
 
 type lineKey struct {
 	batch string
@@ -154,8 +159,12 @@ func NewRunner(s *Service, o RunnerOptions) (*Runner, error) {
 		Name: "sluice_batch_lines_in_flight",
 		Help: "Batch lines this replica is running now.",
 	}, func() float64 { return float64(r.busy.Load()) })
+	r.expired = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_batch_files_expired_total",
+		Help: "Files this replica deleted as they expired (expires_after, output_expires_after, batch.file_expiry).",
+	})
 	if o.Metrics != nil {
-		for _, c := range []prometheus.Collector{r.lines, r.inFlight} {
+		for _, c := range []prometheus.Collector{r.lines, r.inFlight, r.expired} {
 			if err := o.Metrics.Register(c); err != nil {
 				return nil, err
 			}
@@ -252,6 +261,10 @@ func (r *Runner) housekeep(ctx context.Context) {
 		r.renew(ctx, now)
 		r.lastRenew = now
 	}
+	if now.Sub(r.lastSweep) >= sweepEvery {
+		r.sweep(ctx, now, active)
+		r.lastSweep = now
+	}
 	for i, b := range active {
 		var err error
 		switch b.Status {
@@ -272,6 +285,34 @@ func (r *Runner) housekeep(ctx context.Context) {
 		}
 	}
 	r.mu.Unlock()
+}
+
+// sweep deletes the files expired at now, but for the input files of
+// active batches: those go once their batch has ended. The API shows no
+// expired file, so none becomes an input meanwhile.
+func (r *Runner) sweep(ctx context.Context, now time.Time, active []BatchMeta) {
+	files, err := r.s.o.Store.ExpiredFiles(ctx, now)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.s.o.Logger.Warn("batch runner: listing expired files", "err", err)
+		}
+		return
+	}
+	for _, f := range files {
+		if slices.ContainsFunc(active, func(b BatchMeta) bool { return b.InputFileID == f.ID }) {
+			continue
+		}
+		if err := r.s.o.Store.DeleteFile(ctx, f.ID); err != nil {
+			if !errors.Is(err, ErrNotFound) && ctx.Err() == nil { // another replica's sweep took it
+				r.s.o.Logger.Warn("batch runner: deleting an expired file", "file", f.ID, "err", err)
+			}
+			continue
+		}
+		if err := r.s.blobs.remove(f.ID); err != nil {
+			r.s.o.Logger.Warn("batch runner: removing an expired file's contents", "file", f.ID, "err", err)
+		}
+		r.expired.Inc()
+	}
 }
 
 // renew extends the claims of the lines running here.

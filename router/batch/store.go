@@ -24,6 +24,9 @@ type Store interface {
 	// Files lists owner's files, in any order.
 	Files(ctx context.Context, owner string) ([]FileMeta, error)
 	DeleteFile(ctx context.Context, id string) error
+	// ExpiredFiles lists every owner's files whose ExpiresAt is at or
+	// before now, in any order.
+	ExpiredFiles(ctx context.Context, now time.Time) ([]FileMeta, error)
 
 	// CreateBatch stores a new batch.
 	CreateBatch(ctx context.Context, b BatchMeta) error

@@ -37,6 +37,28 @@ func storeContract(t *testing.T, open func(t *testing.T) batch.Store) {
 		require.NoError(t, s.DeleteFile(ctx, "file-a"))
 		require.ErrorIs(t, s.DeleteFile(ctx, "file-a"), batch.ErrNotFound)
 
+		require.NoError(t, s.SaveFile(ctx, batch.FileMeta{ID: "file-c", Owner: "acme", ExpiresAt: t0.Unix()}))
+		require.NoError(t, s.SaveFile(ctx, batch.FileMeta{ID: "file-d", Owner: "rival", ExpiresAt: t0.Unix() + 60}))
+		for _, at := range []struct {
+			now  time.Time
+			want []string
+		}{{t0.Add(-time.Second), nil}, {t0, []string{"file-c"}}, {t0.Add(time.Hour), []string{"file-c", "file-d"}}} {
+			fs, err := s.ExpiredFiles(ctx, at.now)
+			require.NoError(t, err)
+			var ids []string
+			for _, f := range fs {
+				ids = append(ids, f.ID)
+			}
+			slices.Sort(ids)
+			assert.Equal(t, at.want, ids, "expired at %s", at.now.Sub(t0))
+		}
+		require.NoError(t, s.DeleteFile(ctx, "file-c"))
+		fs, err = s.ExpiredFiles(ctx, t0.Add(time.Hour))
+		require.NoError(t, err)
+		require.Len(t, fs, 1, "a deleted file is not listed")
+		assert.Equal(t, "file-d", fs[0].ID)
+		require.NoError(t, s.DeleteFile(ctx, "file-d"))
+
 		b := batch.BatchMeta{ID: "batch_1", Owner: "acme", Status: batch.StatusValidating, Metadata: map[string]string{"k": "v"}}
 		require.NoError(t, s.CreateBatch(ctx, b))
 		require.NoError(t, s.CreateBatch(ctx, batch.BatchMeta{ID: "batch_2", Owner: "acme", Status: batch.StatusCompleted}))

@@ -41,6 +41,8 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 		purpose, filename, id string
 		size                  int64
 		lines                 int
+		expiry                expiresAfter // expires_after[anchor], expires_after[seconds]
+		expirySet             bool
 	)
 	defer func() {
 		if err != nil && id != "" {
@@ -62,6 +64,22 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 				return uploadError(rerr, limit, s.o.UploadIdle)
 			}
 			purpose = strings.TrimSpace(string(b))
+		case "expires_after[anchor]", "expires_after[seconds]":
+			b, rerr := io.ReadAll(io.LimitReader(part, 64))
+			if rerr != nil {
+				return uploadError(rerr, limit, s.o.UploadIdle)
+			}
+			v := strings.TrimSpace(string(b))
+			expirySet = true
+			if part.FormName() == "expires_after[anchor]" {
+				expiry.Anchor = &v
+				break
+			}
+			n, perr := strconv.ParseInt(v, 10, 64)
+			if perr != nil {
+				return badRequest("expires_after.seconds", "invalid_type", "expires_after.seconds must be an integer, got %q", echo(v))
+			}
+			expiry.Seconds = &n
 		case "file":
 			if id != "" {
 				return badRequest("file", "invalid_request", "Upload one file per request.")
@@ -89,6 +107,14 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 		return badRequest("file", "too_many_requests_in_file",
 			"The file has %d requests; a batch input file may have at most %d.", lines, s.o.MaxLines)
 	}
+	var keep int64 // seconds
+	if expirySet {
+		if keep, err = expiry.check("expires_after"); err != nil {
+			return err
+		}
+	} else if s.o.FileExpiry > 0 {
+		keep = int64(max(s.o.FileExpiry/time.Second, 1))
+	}
 	if err := s.overStorage(held, size); err != nil {
 		return err // the deferred remove drops the blob
 	}
@@ -97,6 +123,9 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 	}
 	f := FileMeta{ID: id, Owner: owner.Tenant, Filename: filename, Purpose: purpose, Bytes: size,
 		CreatedAt: s.o.Now().Unix()}
+	if keep > 0 {
+		f.ExpiresAt = f.CreatedAt + keep
+	}
 	if err = s.o.Store.SaveFile(r.Context(), f); err != nil {
 		return err
 	}
@@ -188,8 +217,11 @@ func (s *Service) tenantBytes(ctx context.Context, tenant string) (int64, error)
 		return 0, err
 	}
 	var n int64
+	now := s.o.Now()
 	for _, f := range files {
-		n += f.Bytes
+		if !f.expired(now) { // gone for its owner, deleted at the runner's next sweep
+			n += f.Bytes
+		}
 	}
 	return n, nil
 }

@@ -18,8 +18,12 @@ type fileObject struct {
 }
 
 func toFileObject(f FileMeta) fileObject {
-	return fileObject{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt, Filename: f.Filename,
+	o := fileObject{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt, Filename: f.Filename,
 		Purpose: f.Purpose, Status: "processed"}
+	if f.ExpiresAt > 0 {
+		o.ExpiresAt = &f.ExpiresAt
+	}
+	return o
 }
 
 type fileDeleted struct {
@@ -133,6 +137,38 @@ type batchRequest struct {
 	Endpoint         string            `json:"endpoint"`
 	CompletionWindow string            `json:"completion_window"`
 	Metadata         map[string]string `json:"metadata"`
+	// OutputExpiresAfter: how long the output and error files are kept.
+	OutputExpiresAfter *expiresAfter `json:"output_expires_after"`
+}
+
+// expiresAfter is OpenAI's expiration policy of a file: deleted seconds
+// after its anchor, the file's creation (the only anchor there is).
+type expiresAfter struct {
+	Anchor  *string `json:"anchor"`
+	Seconds *int64  `json:"seconds"`
+}
+
+// Bounds of an expiration policy's seconds, as OpenAI's: an hour to 30
+// days.
+const (
+	minExpirySeconds = 3600
+	maxExpirySeconds = 30 * 24 * 3600
+)
+
+// check validates e, named param in errors, and returns its seconds.
+func (e expiresAfter) check(param string) (int64, error) {
+	switch {
+	case e.Anchor == nil:
+		return 0, badRequest(param+".anchor", "missing_required_parameter", "Missing required parameter: '%s.anchor'.", param)
+	case *e.Anchor != "created_at":
+		return 0, badRequest(param+".anchor", "invalid_value", "%s.anchor must be \"created_at\", got %q", param, echo(*e.Anchor))
+	case e.Seconds == nil:
+		return 0, badRequest(param+".seconds", "missing_required_parameter", "Missing required parameter: '%s.seconds'.", param)
+	case *e.Seconds < minExpirySeconds || *e.Seconds > maxExpirySeconds:
+		return 0, badRequest(param+".seconds", "invalid_value", "%s.seconds must be between %d (1 hour) and %d (30 days), got %d",
+			param, minExpirySeconds, maxExpirySeconds, *e.Seconds)
+	}
+	return *e.Seconds, nil
 }
 
 // inputLine is one line of a batch input file.
