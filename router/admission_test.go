@@ -347,3 +347,40 @@ func TestRelayedStreamsMarkTheBackendsSteps(t *testing.T) {
 		sent.Finish(backends.Outcome{})
 	}
 }
+
+// TestEndStreamsRefusesQueuedRequests: when the drain time runs out, the
+// open streams end with an error event, and a request that was waiting in
+// admission, bound to the slot an ended stream frees, is refused with a
+// 503 rather than started (the server would cut it without a word as it
+// closed).
+func TestEndStreamsRefusesQueuedRequests(t *testing.T) {
+	w := startWorker(t, model, "h100-llama3-8b", 1)
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 1})
+	c := s.client(t)
+	p := chatParams(model)
+	p.MaxTokens = openai.Int(5000)
+	open := c.Chat.Completions.NewStreaming(context.Background(), p)
+	require.True(t, open.Next(), "the first stream runs")
+
+	queued := make(chan error, 1)
+	go func() {
+		st := c.Chat.Completions.NewStreaming(context.Background(), p)
+		for st.Next() {
+		}
+		queued <- st.Err()
+	}()
+	waitQueued(t, s, 1)
+
+	s.EndStreams()
+	for open.Next() {
+	}
+	require.Error(t, open.Err())
+	assert.Contains(t, open.Err().Error(), "shutting down", "the open stream ends with an error event")
+	var ae *openai.Error
+	require.ErrorAs(t, <-queued, &ae)
+	assert.Equal(t, http.StatusServiceUnavailable, ae.StatusCode)
+	assert.Equal(t, "server_shutting_down", ae.Code, "the queued request is refused, not started")
+	assert.Zero(t, s.gates[0].Waiting())
+	require.Eventually(t, func() bool { return w.Load().Running+w.Load().Waiting == 0 }, 5*time.Second, time.Millisecond,
+		"nothing runs on the worker")
+}

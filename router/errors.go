@@ -65,6 +65,11 @@ func badRequest(param, code, msg string) *APIError {
 var errBodiesFull = &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_overloaded",
 	Message: "The server holds as many request bodies as it may; please retry.", RetryAfter: time.Second}
 
+// errShuttingDown answers a request admission bound after the drain time
+// ran out (Router.EndStreams): it is not started, as the server closes.
+var errShuttingDown = &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_shutting_down",
+	Message: "The server is shutting down; retry the request.", RetryAfter: time.Second}
+
 // noRoute answers a path Sluice does not serve, naming it as OpenAI's API
 // does ("Invalid URL (POST /v1/responses)").
 func noRoute(r *http.Request) *APIError {

@@ -255,6 +255,9 @@ func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, cla
 		return nil, &noBackendError{retryAfter: rt.soonestBack(rte.Pool)}
 	case err != nil:
 		return nil, err
+	case rt.closing.Load(): // bound as the drain ended: the server is about to close
+		ticket.Release()
+		return nil, errShuttingDown
 	}
 	rt.metrics.admitted(preq.Model, class.String(), ticket.Waited())
 	return ticket, nil

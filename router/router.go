@@ -153,6 +153,7 @@ const DefaultSessionHeader = "X-Session-Id"
 type Router struct {
 	table   atomic.Pointer[Table]
 	tenants atomic.Pointer[auth.Directory]
+	closing atomic.Bool // EndStreams was called
 	limiter *quota.Limiter
 	// retryBudget bounds retries to a fifth of recent requests (10 to
 	// start with, 100 banked at most).
@@ -305,8 +306,14 @@ func allowed(path string) string {
 
 // EndStreams ends every stream still open with an error event telling its
 // client the server is shutting down (call it when the drain time is up,
-// before closing the server).
-func (rt *Router) EndStreams() { rt.proxy.Abort(proxy.ErrShuttingDown) }
+// before closing the server). From then on a request admission binds is
+// refused (503 server_shutting_down) rather than started: the slots the
+// ended streams free would otherwise start requests waiting in the queue,
+// which the server then cut without a word as it closed.
+func (rt *Router) EndStreams() {
+	rt.closing.Store(true)
+	rt.proxy.Abort(proxy.ErrShuttingDown)
+}
 
 // SetTenants swaps in a new tenant directory (nil or empty: open). It
 // returns an error, keeping the old one, when the router has no Limiter

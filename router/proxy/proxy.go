@@ -91,13 +91,16 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	streams map[*streamBody]struct{} // open event streams, for Abort
+	aborted error                    // Abort's cause, for streams that start after it
 }
 
 // Abort ends every event stream still being relayed with cause: each ends
-// with an error event to its client (see ErrorEvent).
+// with an error event to its client (see ErrorEvent). A stream that starts
+// after it ends so at once.
 func (p *Proxy) Abort(cause error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.aborted = cause
 	for s := range p.streams {
 		s.abort(cause)
 	}
@@ -329,6 +332,9 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		a.streaming = true
 		p.mu.Lock()
 		p.streams[&a.stream] = struct{}{}
+		if p.aborted != nil {
+			a.stream.abort(p.aborted)
+		}
 		p.mu.Unlock()
 		if len(res.Trailer) > 0 {
 			res.Body = &a.stream // rare: the ReverseProxy relays trailers
