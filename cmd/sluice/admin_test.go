@@ -85,6 +85,22 @@ func TestAdminAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, backends(), 1)
 	assert.Contains(t, logs.String(), `msg="backend removed" model=m backend=`+b.URL+`/`)
+	// Added back, it is in routing: its drain ended with its removal (it
+	// came back drained, and got no traffic).
+	code, body = call("POST", "/admin/backends", "admin-secret", `{"model":"m","url":"`+b.URL+`"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	found := false
+	for _, be := range backends() {
+		if be["url"] == b.URL {
+			found = true
+			assert.Equal(t, true, be["in_routing"], "%v", be)
+			assert.Equal(t, false, be["drained"], "%v", be)
+		}
+	}
+	require.True(t, found)
+	code, _ = call("DELETE", "/admin/backends", "admin-secret", `{"model":"m","url":"`+b.URL+`"}`)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, backends(), 1)
 
 	code, body = call("GET", "/admin/config", "admin-secret", "")
 	require.Equal(t, http.StatusOK, code)
@@ -185,6 +201,28 @@ func TestAdminAPI(t *testing.T) {
 	assert.Equal(t, true, after["drained"], "still drained")
 	assert.Equal(t, false, after["in_routing"])
 	assert.Equal(t, before["requests_total"], after["requests_total"], "its counters kept")
+
+	// Every change is counted; a failed reload shows in the metrics, not
+	// only in the log.
+	metric := func(series string) string {
+		res, err := http.Get("http://" + addr + "/metrics")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		page, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(string(page))
+		require.NotNil(t, m, "%s in %s", series, page)
+		return m[1]
+	}
+	assert.Equal(t, "1", metric("sluice_config_last_reload_successful"))
+	assert.Equal(t, "2", metric(`sluice_config_changes_total{result="failed",source="admin"}`), "the bad URL and the unknown model")
+	require.NoError(t, os.WriteFile(path, []byte("models: [\n"), 0o600))
+	code, _ = call("POST", "/admin/reload", "admin-secret", "")
+	require.Equal(t, http.StatusUnprocessableEntity, code)
+	assert.Equal(t, "0", metric("sluice_config_last_reload_successful"))
+	assert.Equal(t, "1", metric(`sluice_config_changes_total{result="failed",source="reload"}`))
+	assert.Regexp(t, `msg="config reload failed; keeping the running config" path=`, logs.String())
+	assert.NotContains(t, logs.String(), `change="config reloaded"`, "a failure's line does not read as a success")
 	stop()
 	require.NoError(t, <-done)
 	http.DefaultClient.CloseIdleConnections()

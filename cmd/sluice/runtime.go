@@ -37,6 +37,7 @@ type runtime struct {
 	rt      *router.Router
 	scraper *loadscrape.Scraper
 	shared  *sharedAdmission
+	changes *changeMetrics  // nil: none counted
 	started *configs.Config // settings read only at start
 	current *configs.Config // what serves now
 	edited  bool            // current holds admin API changes the file may not have
@@ -53,12 +54,15 @@ func (r *runtime) Reload() error {
 	cfg, err := configs.Load(r.path)
 	if err != nil {
 		r.log.Error("config reload failed; keeping the running config", "path", r.path, "err", err)
+		r.changes.count("reload", false)
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	edited := r.edited && !sameYAML(cfg.Models, r.current.Models)
-	if err := r.applyLocked(cfg, "config reloaded"); err != nil {
+	err = r.applyLocked(cfg, "config reloaded", "config reload failed")
+	r.changes.count("reload", err == nil)
+	if err != nil {
 		return err
 	}
 	if edited {
@@ -68,16 +72,16 @@ func (r *runtime) Reload() error {
 	return nil
 }
 
-// applyLocked builds cfg and swaps it in, or logs why not and keeps what
-// serves.
-func (r *runtime) applyLocked(cfg *configs.Config, what string, attrs ...any) error {
+// applyLocked builds cfg and swaps it in, logging done, or logs failed and
+// why, and keeps what serves.
+func (r *runtime) applyLocked(cfg *configs.Config, done, failed string, attrs ...any) error {
 	if len(cfg.Tenants) == 0 && len(r.current.Tenants) > 0 {
 		// A file cut short (a truncated write, a bad merge) reads as
 		// valid with no tenants, and every caller would be served without
 		// a key or limits. Turning keys off takes a restart.
 		err := errors.New("tenants: the new config has none, so every caller would be served without a key or limits; " +
 			"a reload does not turn authentication off (restart with that config to run open)")
-		r.log.Error("config reload failed; keeping the running config", "change", what, "path", r.path, "err", err)
+		r.log.Error(failed+"; keeping the running config", append(attrs, "path", r.path, "err", err)...)
 		return err
 	}
 	t, endpoints, err := buildTable(cfg, r.reg, r.eps, r.shared, &serving{cfg: r.current, table: r.rt.Table()})
@@ -89,8 +93,25 @@ func (r *runtime) applyLocked(cfg *configs.Config, what string, attrs ...any) er
 		err = r.rt.SetTenants(dir)
 	}
 	if err != nil {
-		r.log.Error("config reload failed; keeping the running config", "change", what, "path", r.path, "err", err)
+		r.log.Error(failed+"; keeping the running config", append(attrs, "path", r.path, "err", err)...)
 		return err
+	}
+	// A backend that serves no model of the running config comes in
+	// routing: a drain outlived its removal, and a backend removed and
+	// added again (by the admin API or the file) came back drained.
+	before := map[*backends.Endpoint]bool{}
+	for _, m := range r.current.Models {
+		for _, b := range m.Backends {
+			if e, ok := r.eps.Lookup(b.URL); ok {
+				before[e] = true
+			}
+		}
+	}
+	for _, e := range endpoints {
+		if !before[e] && e.Drained() {
+			e.SetDrained(false)
+			r.log.Info("backend added back ends its drain", "backend", e.Address())
+		}
 	}
 	r.rt.SetTable(t)
 	if r.scraper != nil {
@@ -100,15 +121,16 @@ func (r *runtime) applyLocked(cfg *configs.Config, what string, attrs ...any) er
 		r.log.Warn("config changes that take effect on restart; running as started", "fields", pending)
 	}
 	r.current = cfg
-	r.log.Info(what, append(attrs, "models", len(cfg.Models))...)
+	r.log.Info(done, append(attrs, "models", len(cfg.Models))...)
 	return nil
 }
 
 // edit applies change to a copy of the running config, validates and
 // applies it.
-func (r *runtime) edit(change func(*configs.Config) error, what string, attrs ...any) error {
+func (r *runtime) edit(change func(*configs.Config) error, done, failed string, attrs ...any) (err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer func() { r.changes.count("admin", err == nil) }()
 	b, err := yaml.Marshal(r.current)
 	if err != nil {
 		return err
@@ -127,7 +149,7 @@ func (r *runtime) edit(change func(*configs.Config) error, what string, attrs ..
 	if err != nil {
 		return err
 	}
-	if err := r.applyLocked(cfg, what, attrs...); err != nil {
+	if err := r.applyLocked(cfg, done, failed, attrs...); err != nil {
 		return err
 	}
 	r.edited = true
@@ -152,7 +174,7 @@ func (r *runtime) AddBackend(model, url string, weight int) error {
 		}
 		m.Backends = append(m.Backends, configs.Backend{URL: url, Weight: weight})
 		return nil
-	}, "backend added", "model", model, "backend", url)
+	}, "backend added", "backend not added", "model", model, "backend", url)
 }
 
 // RemoveBackend removes url from model's backends; its requests in flight
@@ -169,7 +191,7 @@ func (r *runtime) RemoveBackend(model, url string) error {
 		}
 		m.Backends = slices.Delete(m.Backends, i, i+1)
 		return nil
-	}, "backend removed", "model", model, "backend", url)
+	}, "backend removed", "backend not removed", "model", model, "backend", url)
 }
 
 // Drain takes url out of routing (or puts it back) without changing the

@@ -278,7 +278,10 @@ func runServer(ctx context.Context, o serverOptions) error {
 		defer func() { stopWatch(); watching.Wait() }()
 	}
 	live := &runtime{path: o.path, log: o.log, reg: reg, eps: eps, rt: rt, scraper: scraper, shared: shared,
-		started: cfg, current: cfg}
+		started: cfg, current: cfg, changes: newChangeMetrics()}
+	if err := live.changes.register(metrics); err != nil {
+		return err
+	}
 	if stopAdmin, err := serveAdmin(cfg, live, o.log); err != nil {
 		return err
 	} else if stopAdmin != nil {
