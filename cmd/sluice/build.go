@@ -57,6 +57,17 @@ func (s *serving) route(m configs.Model) *router.Route {
 	return nil
 }
 
+// gate is the admission gate that serves model now, if any.
+func (s *serving) gate(model string) *admission.Gate {
+	if s == nil || s.table == nil {
+		return nil
+	}
+	if r := s.table.Route(model); r != nil {
+		return r.Gate
+	}
+	return nil
+}
+
 // buildTable builds c's routing table over the endpoints of eps; prev,
 // when set, is what serves now, whose routes are kept for the models c
 // leaves as they were.
@@ -131,6 +142,9 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 			if route.Gate, err = newGate(m, pool, picker, list, shared); err != nil {
 				errs = append(errs, &configs.FieldError{Field: p + ".admission", Message: err.Error()})
 				continue
+			}
+			if old := prev.gate(m.Name); old != nil {
+				route.Gate.CountWith(old)
 			}
 		}
 		routes = append(routes, route)

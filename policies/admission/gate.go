@@ -209,7 +209,7 @@ type Gate struct {
 	now     func() time.Time
 	seq     atomic.Uint64
 	prefix  string
-	counts  [NumClasses]classCounters
+	counts  *[NumClasses]classCounters // shared with the gate it replaced (CountWith)
 	// lastPoll is when a waiter's poll last dispatched (UnixNano): one
 	// poll per Patience dispatches, however many wait (pollDue).
 	lastPoll atomic.Int64
@@ -252,7 +252,7 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 	}
 	return &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
 		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint]time.Time{},
-		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now}, nil
+		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now, counts: new([NumClasses]classCounters)}, nil
 }
 
 // Ticket is an admitted request's hold on its endpoint; Release it once

@@ -6,8 +6,8 @@ import (
 )
 
 // ClassStats is one service class at a gate, for the operator's status
-// page. The counts start when the gate is built (a reload builds a new
-// one).
+// page. The counts start when the gate is built, or carry on from the
+// gate it replaces (CountWith).
 type ClassStats struct {
 	// Waiting is how many requests of the class wait now.
 	Waiting int
@@ -27,6 +27,13 @@ type classCounters struct {
 	admitted, shed, behind atomic.Uint64
 	waited                 atomic.Int64 // ns
 }
+
+// CountWith makes g count into old's counters, from where they are: a
+// reload that builds a model a new gate (its admission settings changed)
+// carries the counts on, and the old gate's requests still waiting count
+// there too (the status page's counts went back to zero). Call it before
+// g admits anything.
+func (g *Gate) CountWith(old *Gate) { g.counts = old.counts }
 
 // Stats returns each class's stats, indexed by Class.
 func (g *Gate) Stats() [NumClasses]ClassStats {

@@ -41,3 +41,23 @@ func TestGateStatsCountWaitsAdmissionsAndSheds(t *testing.T) {
 		assert.Equal(t, admission.ClassStats{Admitted: 1}, s[admission.Default])
 	})
 }
+
+// TestGateCountsCarryOnToTheGateThatReplacesIt: a reload's new gate counts
+// on from the old one's counts, and the old one's last admissions count
+// there too (the status page went back to zero at each reload).
+func TestGateCountsCarryOnToTheGateThatReplacesIt(t *testing.T) {
+	old, _ := newGate(t, 1, 1, 10)
+	ctx := context.Background()
+	tk, err := old.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err)
+	tk.Release()
+	next, _ := newGate(t, 1, 1, 10)
+	next.CountWith(old)
+	assert.Equal(t, uint64(1), next.Stats()[admission.Default].Admitted, "carried on")
+	for _, g := range []*admission.Gate{next, old} {
+		tk, err := g.Admit(ctx, req(admission.Default, "x"))
+		require.NoError(t, err)
+		tk.Release()
+	}
+	assert.Equal(t, uint64(3), next.Stats()[admission.Default].Admitted, "the old gate's admissions count there too")
+}
