@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluice-llm/sluice/router/jsonscan"
@@ -79,6 +80,9 @@ type Service struct {
 	// wake tells a Runner in this process that a batch was created or
 	// cancelled, so it need not wait for its next round.
 	wake chan struct{}
+	// saving makes an upload's check against MaxTenantBytes and its save
+	// one step.
+	saving sync.Mutex
 }
 
 var _ http.Handler = (*Service)(nil)
@@ -220,8 +224,35 @@ func (s *Service) fileContent(w http.ResponseWriter, r *http.Request, owner Owne
 	defer c.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="`+strings.ReplaceAll(f.Filename, `"`, "")+`"`)
-	http.ServeContent(w, r, "", time.Unix(f.CreatedAt, 0), c)
+	http.ServeContent(&rangeErrors{ResponseWriter: w}, r, "", time.Unix(f.CreatedAt, 0), c)
 	return nil
+}
+
+// rangeErrors turns http.ServeContent's plain-text 416 (a Range header
+// past the file's end, or not one) into the API's JSON error.
+type rangeErrors struct {
+	http.ResponseWriter
+	failed bool
+}
+
+func (w *rangeErrors) WriteHeader(code int) {
+	if code != http.StatusRequestedRangeNotSatisfiable {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.failed = true
+	msg := "The Range header is not a valid byte range."
+	if cr := w.Header().Get("Content-Range"); cr != "" { // bytes */SIZE
+		msg = "The Range header names no bytes of this file (" + strings.TrimPrefix(cr, "bytes */") + " bytes)."
+	}
+	writeError(w.ResponseWriter, &apiError{status: code, typ: typeInvalidRequest, param: "Range", code: "invalid_range", message: msg})
+}
+
+func (w *rangeErrors) Write(b []byte) (int, error) {
+	if w.failed {
+		return len(b), nil // ServeContent's own text: the JSON error went instead
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request, owner Owner, id string) error {
@@ -309,20 +340,29 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request, owner Owner,
 	if err != nil {
 		return err
 	}
-	now, purpose := s.o.Now(), q.Get("purpose")
-	files = slices.DeleteFunc(files, func(f FileMeta) bool { return f.expired(now) || purpose != "" && f.Purpose != purpose })
 	slices.SortFunc(files, func(a, b FileMeta) int {
 		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
 	if order == "desc" {
 		slices.Reverse(files)
 	}
+	// The page starts after the cursor among the files not yet swept, so
+	// a client paging while its cursor expires goes on (it got a 400).
+	if after != "" {
+		i := slices.IndexFunc(files, func(f FileMeta) bool { return f.ID == after })
+		if i < 0 {
+			return badRequest("after", "invalid_value", "No file with id %q to list after: it does not exist, or was deleted or expired.", echo(after))
+		}
+		files = files[i+1:]
+	}
+	now, purpose := s.o.Now(), q.Get("purpose")
+	files = slices.DeleteFunc(files, func(f FileMeta) bool { return f.expired(now) || purpose != "" && f.Purpose != purpose })
 	id := func(f fileObject) string { return f.ID }
 	objs := make([]fileObject, len(files))
 	for i, f := range files {
 		objs[i] = toFileObject(f)
 	}
-	data, more, err := cut(objs, id, after, "file", limit)
+	data, more, err := cut(objs, id, "", "file", limit)
 	if err != nil {
 		return err
 	}

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,4 +380,80 @@ func TestTenantStorageIsCapped(t *testing.T) {
 	_, err = acme.Files.Delete(ctx, first.ID)
 	require.NoError(t, err)
 	upload(t, acme, lines)
+
+	// Uploads running at once are counted against the cap as each is
+	// saved: of ten, only what fits is kept (all ten were, read against
+	// what the tenant held as each began).
+	for _, f := range fileIDs(t, rival) {
+		_, err = rival.Files.Delete(ctx, f)
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	var kept, refused atomic.Int32
+	for range 10 {
+		wg.Go(func() {
+			_, err := rival.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(lines), "in.jsonl", "application/jsonl"),
+				Purpose: openai.FilePurposeBatch})
+			var ae *openai.Error
+			switch {
+			case err == nil:
+				kept.Add(1)
+			case errors.As(err, &ae) && ae.Code == "storage_limit_exceeded":
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	assert.EqualValues(t, 2, kept.Load())
+	assert.EqualValues(t, 8, refused.Load())
+	assert.Len(t, fileIDs(t, rival), 2)
+}
+
+// fileIDs is the ids of c's files.
+func fileIDs(t *testing.T, c openai.Client) []string {
+	t.Helper()
+	page, err := c.Files.List(context.Background(), openai.FileListParams{})
+	require.NoError(t, err)
+	var ids []string
+	for _, f := range page.Data {
+		ids = append(ids, f.ID)
+	}
+	return ids
+}
+
+// TestBadRangeIsJSON: a download's Range past the file's end, or not a
+// range, is the API's JSON error (it was net/http's plain text).
+func TestBadRangeIsJSON(t *testing.T) {
+	f := start(t, setup{})
+	in := upload(t, f.client(t, "sk-acme"), chatLines(2, model, 4))
+	for _, rng := range []string{"bytes=99999999-", "bytes=zz"} {
+		req, err := http.NewRequest(http.MethodGet, f.url+"/v1/files/"+in.ID+"/content", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk-acme")
+		req.Header.Set("Range", rng)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusRequestedRangeNotSatisfiable, res.StatusCode)
+		assert.Equal(t, "application/json", res.Header.Get("Content-Type"))
+		var e struct {
+			Error struct{ Message, Code, Param string }
+		}
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&e), rng)
+		require.NoError(t, res.Body.Close())
+		assert.Equal(t, "invalid_range", e.Error.Code)
+		assert.Equal(t, "Range", e.Error.Param)
+	}
+	req, err := http.NewRequest(http.MethodGet, f.url+"/v1/files/"+in.ID+"/content", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer sk-acme")
+	req.Header.Set("Range", "bytes=0-9")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	assert.Equal(t, http.StatusPartialContent, res.StatusCode, "a valid range is served")
+	assert.Len(t, b, 10)
 }

@@ -166,3 +166,69 @@ func expired(t *testing.T, reg *prometheus.Registry) float64 {
 	}
 	return 0
 }
+
+// TestPagingGoesOnPastAnExpiredCursor: a client paging through its files
+// while the file its cursor names expires gets the next page (it got a
+// 400: the cursor was "deleted").
+func TestPagingGoesOnPastAnExpiredCursor(t *testing.T) {
+	c := newClock()
+	f := start(t, setup{svc: batch.Options{FileExpiry: 2 * time.Hour, Now: c.Now}})
+	ctx := context.Background()
+	acme := f.client(t, "sk-acme")
+	lines := chatLines(1, model, 4)
+	first, err := acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(lines), "in.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch, ExpiresAfter: openai.FileNewParamsExpiresAfter{Seconds: 3600}})
+	require.NoError(t, err)
+	c.advance(time.Second)
+	rest := []string{upload(t, acme, lines).ID, upload(t, acme, lines).ID}
+	page, err := acme.Files.List(ctx, openai.FileListParams{Order: openai.FileListParamsOrderAsc, Limit: openai.Int(1)})
+	require.NoError(t, err)
+	require.Len(t, page.Data, 1)
+	require.Equal(t, first.ID, page.Data[0].ID)
+
+	c.advance(time.Hour)
+	page, err = acme.Files.List(ctx, openai.FileListParams{Order: openai.FileListParamsOrderAsc, Limit: openai.Int(2), After: openai.String(first.ID)})
+	require.NoError(t, err)
+	var got []string
+	for _, f := range page.Data {
+		got = append(got, f.ID)
+	}
+	assert.ElementsMatch(t, rest, got)
+}
+
+// TestUploadFieldsAreNotCut: a form value longer than 64 bytes is a 400;
+// it was cut there and the rest taken for the value.
+func TestUploadFieldsAreNotCut(t *testing.T) {
+	f := start(t, setup{})
+	for _, field := range []struct{ name, value, param string }{
+		{"purpose", "batch" + strings.Repeat(" ", 60) + "junk", "purpose"},
+		{"expires_after[seconds]", "3600" + strings.Repeat(" ", 60) + "-5", "expires_after.seconds"},
+	} {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		if field.name != "purpose" {
+			require.NoError(t, mw.WriteField("purpose", "batch"))
+			require.NoError(t, mw.WriteField("expires_after[anchor]", "created_at"))
+		}
+		require.NoError(t, mw.WriteField(field.name, field.value))
+		fw, err := mw.CreateFormFile("file", "in.jsonl")
+		require.NoError(t, err)
+		_, err = fw.Write([]byte(chatLines(1, model, 4)))
+		require.NoError(t, err)
+		require.NoError(t, mw.Close())
+		req, err := http.NewRequest(http.MethodPost, f.url+"/v1/files", &body)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk-acme")
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var e struct {
+			Error struct{ Message, Code, Param string }
+		}
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&e))
+		require.NoError(t, res.Body.Close())
+		assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+		assert.Equal(t, field.param, e.Error.Param)
+		assert.Contains(t, e.Error.Message, "longer than 64 bytes")
+	}
+}

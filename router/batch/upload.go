@@ -59,17 +59,15 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 		}
 		switch part.FormName() {
 		case "purpose":
-			b, rerr := io.ReadAll(io.LimitReader(part, 64))
-			if rerr != nil {
-				return uploadError(rerr, limit, s.o.UploadIdle)
+			if purpose, err = formValue(part, "purpose", limit, s.o.UploadIdle); err != nil {
+				return err
 			}
-			purpose = strings.TrimSpace(string(b))
 		case "expires_after[anchor]", "expires_after[seconds]":
-			b, rerr := io.ReadAll(io.LimitReader(part, 64))
-			if rerr != nil {
-				return uploadError(rerr, limit, s.o.UploadIdle)
+			param := "expires_after." + strings.TrimSuffix(strings.TrimPrefix(part.FormName(), "expires_after["), "]")
+			v, verr := formValue(part, param, limit, s.o.UploadIdle)
+			if verr != nil {
+				return verr
 			}
-			v := strings.TrimSpace(string(b))
 			expirySet = true
 			if part.FormName() == "expires_after[anchor]" {
 				expiry.Anchor = &v
@@ -115,9 +113,6 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 	} else if s.o.FileExpiry > 0 {
 		keep = int64(max(s.o.FileExpiry/time.Second, 1))
 	}
-	if err := s.overStorage(held, size); err != nil {
-		return err // the deferred remove drops the blob
-	}
 	if filename == "" || filename == "." || filename == "/" {
 		filename = "upload.jsonl"
 	}
@@ -126,11 +121,46 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 	if keep > 0 {
 		f.ExpiresAt = f.CreatedAt + keep
 	}
-	if err = s.o.Store.SaveFile(r.Context(), f); err != nil {
-		return err
+	if err = s.save(r.Context(), f); err != nil {
+		return err // the deferred remove drops the blob
 	}
 	writeJSON(w, http.StatusOK, toFileObject(f))
 	return nil
+}
+
+// save stores an uploaded file unless it would take its tenant past
+// MaxTenantBytes, counting what the tenant holds as it saves: the count
+// read as the upload began let ten uploads running at once through a cap
+// that took two. Saves are one at a time in this process; replicas sharing
+// a Store may each save one past the cap at the same instant.
+func (s *Service) save(ctx context.Context, f FileMeta) error {
+	s.saving.Lock()
+	defer s.saving.Unlock()
+	held, err := s.tenantBytes(ctx, f.Owner)
+	if err != nil {
+		return err
+	}
+	if err := s.overStorage(held, f.Bytes); err != nil {
+		return err
+	}
+	return s.o.Store.SaveFile(ctx, f)
+}
+
+// maxFormValue bounds a form field other than the file.
+const maxFormValue = 64
+
+// formValue reads a form field's value, trimmed; one longer than
+// maxFormValue is a 400 naming param (it was cut there, and what was left
+// taken for the value).
+func formValue(part io.Reader, param string, limit int64, idle time.Duration) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(part, maxFormValue+1))
+	if err != nil {
+		return "", uploadError(err, limit, idle)
+	}
+	if len(b) > maxFormValue {
+		return "", badRequest(param, "invalid_value", "%s is longer than %d bytes.", param, maxFormValue)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 func tooLarge(limit int64) *apiError {
