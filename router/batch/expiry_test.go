@@ -70,32 +70,11 @@ func TestFilesExpire(t *testing.T) {
 		{"expires_after.anchor", []string{"expires_after[anchor]", "last_used", "expires_after[seconds]", "3600"}, "invalid_value", `must be "created_at"`},
 		{"expires_after.seconds", []string{"expires_after[anchor]", "created_at"}, "missing_required_parameter", "expires_after.seconds"},
 	} {
-		var body bytes.Buffer
-		mw := multipart.NewWriter(&body)
-		require.NoError(t, mw.WriteField("purpose", "batch"))
-		for i := 0; i+1 < len(bad.fields); i += 2 {
-			require.NoError(t, mw.WriteField(bad.fields[i], bad.fields[i+1]))
-		}
-		fw, err := mw.CreateFormFile("file", "in.jsonl")
-		require.NoError(t, err)
-		_, err = fw.Write([]byte(lines))
-		require.NoError(t, err)
-		require.NoError(t, mw.Close())
-		req, err := http.NewRequest(http.MethodPost, f.url+"/v1/files", &body)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer sk-acme")
-		req.Header.Set("Content-Type", mw.FormDataContentType())
-		res, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		var e struct {
-			Error struct{ Message, Code, Param string }
-		}
-		require.NoError(t, json.NewDecoder(res.Body).Decode(&e))
-		require.NoError(t, res.Body.Close())
-		assert.Equal(t, http.StatusBadRequest, res.StatusCode, bad.fields)
-		assert.Equal(t, bad.code, e.Error.Code, bad.fields)
-		assert.Equal(t, bad.param, e.Error.Param, bad.fields)
-		assert.Contains(t, e.Error.Message, bad.message)
+		status, e := rawUpload(t, f.url, lines, append([]string{"purpose", "batch"}, bad.fields...)...)
+		assert.Equal(t, http.StatusBadRequest, status, bad.fields)
+		assert.Equal(t, bad.code, e.Code, bad.fields)
+		assert.Equal(t, bad.param, e.Param, bad.fields)
+		assert.Contains(t, e.Message, bad.message)
 	}
 	_, err = acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: kept.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
 		CompletionWindow: openai.BatchNewParamsCompletionWindow24h, OutputExpiresAfter: openai.BatchNewParamsOutputExpiresAfter{Seconds: 10}})
@@ -204,31 +183,45 @@ func TestUploadFieldsAreNotCut(t *testing.T) {
 		{"purpose", "batch" + strings.Repeat(" ", 60) + "junk", "purpose"},
 		{"expires_after[seconds]", "3600" + strings.Repeat(" ", 60) + "-5", "expires_after.seconds"},
 	} {
-		var body bytes.Buffer
-		mw := multipart.NewWriter(&body)
+		fields := []string{field.name, field.value}
 		if field.name != "purpose" {
-			require.NoError(t, mw.WriteField("purpose", "batch"))
-			require.NoError(t, mw.WriteField("expires_after[anchor]", "created_at"))
+			fields = append([]string{"purpose", "batch", "expires_after[anchor]", "created_at"}, fields...)
 		}
-		require.NoError(t, mw.WriteField(field.name, field.value))
-		fw, err := mw.CreateFormFile("file", "in.jsonl")
-		require.NoError(t, err)
-		_, err = fw.Write([]byte(chatLines(1, model, 4)))
-		require.NoError(t, err)
-		require.NoError(t, mw.Close())
-		req, err := http.NewRequest(http.MethodPost, f.url+"/v1/files", &body)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer sk-acme")
-		req.Header.Set("Content-Type", mw.FormDataContentType())
-		res, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		var e struct {
-			Error struct{ Message, Code, Param string }
-		}
-		require.NoError(t, json.NewDecoder(res.Body).Decode(&e))
-		require.NoError(t, res.Body.Close())
-		assert.Equal(t, http.StatusBadRequest, res.StatusCode)
-		assert.Equal(t, field.param, e.Error.Param)
-		assert.Contains(t, e.Error.Message, "longer than 64 bytes")
+		status, e := rawUpload(t, f.url, chatLines(1, model, 4), fields...)
+		assert.Equal(t, http.StatusBadRequest, status)
+		assert.Equal(t, field.param, e.Param)
+		assert.Contains(t, e.Message, "longer than 64 bytes")
 	}
+}
+
+// uploadError is an error answer's error object.
+type uploadError struct{ Message, Code, Param string }
+
+// rawUpload posts content as acme's file with the form fields (name,
+// value, ...) before it, as no SDK would, and returns the status and the
+// error, if any.
+func rawUpload(t *testing.T, url, content string, fields ...string) (int, uploadError) {
+	t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	for i := 0; i+1 < len(fields); i += 2 {
+		require.NoError(t, mw.WriteField(fields[i], fields[i+1]))
+	}
+	fw, err := mw.CreateFormFile("file", "in.jsonl")
+	require.NoError(t, err)
+	_, err = fw.Write([]byte(content))
+	require.NoError(t, err)
+	require.NoError(t, mw.Close())
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/files", &body)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer sk-acme")
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var e struct{ Error uploadError }
+	if res.StatusCode != http.StatusOK {
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&e))
+	}
+	return res.StatusCode, e.Error
 }
