@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -349,37 +350,53 @@ func TestRelayedStreamsMarkTheBackendsSteps(t *testing.T) {
 }
 
 // TestEndStreamsRefusesQueuedRequests: when the drain time runs out, the
-// open streams end with an error event, and a request that was waiting in
-// admission, bound to the slot an ended stream frees, is refused with a
-// 503 rather than started (the server would cut it without a word as it
-// closed).
+// open streams end with an error event, and the server's base context
+// ends: a whole answer still awaited and a request waiting in admission
+// (bound to the slot an ended stream frees, or not) are answered 503
+// server_shutting_down rather than started, or cut without a word as the
+// server closed.
 func TestEndStreamsRefusesQueuedRequests(t *testing.T) {
 	w := startWorker(t, model, "h100-llama3-8b", 1)
-	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 1})
+	s := startSluice(t, router.Options{}, routeSpec{model: model, urls: []string{w.srv.URL}, budget: 2})
+	base, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
+	srv := httptest.NewUnstartedServer(s.Handler())
+	srv.Config.BaseContext = func(net.Listener) context.Context { return base } // as cmd/sluice serves
+	srv.Start()
+	s.srv.Close()
+	s.srv = srv // closed by startSluice's cleanup
 	c := s.client(t)
 	p := chatParams(model)
 	p.MaxTokens = openai.Int(5000)
 	open := c.Chat.Completions.NewStreaming(context.Background(), p)
 	require.True(t, open.Next(), "the first stream runs")
 
-	queued := make(chan error, 1)
+	answers := make(chan error, 2)
+	go func() {
+		_, err := c.Chat.Completions.New(context.Background(), p)
+		answers <- err
+	}()
+	require.Eventually(t, func() bool { return w.Load().Running == 2 }, 5*time.Second, time.Millisecond, "a whole answer runs")
 	go func() {
 		st := c.Chat.Completions.NewStreaming(context.Background(), p)
 		for st.Next() {
 		}
-		queued <- st.Err()
+		answers <- st.Err()
 	}()
 	waitQueued(t, s, 1)
 
 	s.EndStreams()
+	endRequests()
 	for open.Next() {
 	}
 	require.Error(t, open.Err())
 	assert.Contains(t, open.Err().Error(), "shutting down", "the open stream ends with an error event")
-	var ae *openai.Error
-	require.ErrorAs(t, <-queued, &ae)
-	assert.Equal(t, http.StatusServiceUnavailable, ae.StatusCode)
-	assert.Equal(t, "server_shutting_down", ae.Code, "the queued request is refused, not started")
+	for range 2 {
+		var ae *openai.Error
+		require.ErrorAs(t, <-answers, &ae)
+		assert.Equal(t, http.StatusServiceUnavailable, ae.StatusCode)
+		assert.Equal(t, "server_shutting_down", ae.Code, "the whole answer awaited and the queued request are answered")
+	}
 	assert.Zero(t, s.gates[0].Waiting())
 	require.Eventually(t, func() bool { return w.Load().Running+w.Load().Waiting == 0 }, 5*time.Second, time.Millisecond,
 		"nothing runs on the worker")

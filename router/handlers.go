@@ -655,6 +655,9 @@ func (rt *Router) finish(w http.ResponseWriter, r *http.Request, rec *requestRec
 	case !rec.returned: // panicked: the answer was cut short
 		code, errCode = cmp.Or(rec.out.Status, http.StatusInternalServerError), "response_aborted"
 	case err != nil:
+		if rt.closing.Load() && r.Context().Err() != nil && rec.out.Status == 0 {
+			err = errShuttingDown // ended by the server's drain deadline, not by its client
+		}
 		apiErr := errorFor(err)
 		code, errCode = apiErr.Status, apiErr.Code
 		if code != statusClientClosed {
@@ -677,6 +680,8 @@ func (rt *Router) finish(w http.ResponseWriter, r *http.Request, rec *requestRec
 			errCode = rec.out.Class.String()
 		case rec.timedOut:
 			errCode = "request_timeout"
+		case rt.closing.Load() && rec.out.Class == backends.ClassFailed:
+			errCode = "server_shutting_down" // the error event EndStreams sent
 		case rec.out.Class == backends.ClassFailed:
 			errCode = "upstream_error"
 		case rec.out.Class == backends.ClassTimeout:

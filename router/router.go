@@ -309,7 +309,9 @@ func allowed(path string) string {
 // before closing the server). From then on a request admission binds is
 // refused (503 server_shutting_down) rather than started: the slots the
 // ended streams free would otherwise start requests waiting in the queue,
-// which the server then cut without a word as it closed.
+// which the server then cut without a word as it closed. A request whose
+// context then ends (the server's base context, cancelled next) is
+// answered 503 server_shutting_down too, not taken for a client gone.
 func (rt *Router) EndStreams() {
 	rt.closing.Store(true)
 	rt.proxy.Abort(proxy.ErrShuttingDown)

@@ -246,7 +246,13 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	// Every request's context derives from base, which ends when the
+	// drain time is up: requests still waiting in admission or for a
+	// whole answer then get a 503 rather than a connection closed on them.
+	base, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
 	srv := &http.Server{
+		BaseContext:       func(net.Listener) context.Context { return base },
 		Handler:           withCORS(cfg.CORS, rt.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
@@ -313,8 +319,10 @@ func runServer(ctx context.Context, o serverOptions) error {
 			cancel()
 			if err != nil {
 				// Drain time is up: end the streams still open with an error
-				// event (never a silent cut), and let their handlers return.
+				// event (never a silent cut), answer the other requests 503
+				// server_shutting_down, and let their handlers return.
 				rt.EndStreams()
+				endRequests()
 				sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				err = srv.Shutdown(sctx)
 				cancel()

@@ -232,9 +232,11 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, at Attempt) erro
 			if errors.Is(context.Cause(r.Context()), ErrTotalTimeout) {
 				return &StreamCutError{Err: ErrTotalTimeout}
 			}
-			if err := r.Context().Err(); err != nil {
+			if err := r.Context().Err(); err != nil && !stream.wasAborted() {
 				// The client left before [DONE]; one that left after it
-				// got the whole answer.
+				// got the whole answer. (A stream Abort ended is cut so,
+				// whatever ended the request's context after it: the
+				// server's drain deadline ends both.)
 				return &AttemptError{Outcome: ClientGone, Err: err}
 			}
 			return cut

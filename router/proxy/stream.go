@@ -89,6 +89,13 @@ func (s *streamBody) stall() {
 	_ = s.rc.Close() // unblocks the pending Read with an error
 }
 
+// wasAborted reports whether abort ended the stream.
+func (s *streamBody) wasAborted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.aborted != nil
+}
+
 // abort ends the stream with cause (the router is shutting down).
 func (s *streamBody) abort(cause error) {
 	s.mu.Lock()
