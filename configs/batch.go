@@ -41,8 +41,8 @@ type Batch struct {
 	MaxLines int `yaml:"max_lines"`
 	// FileExpiry is how long an uploaded file is kept when its upload
 	// does not say (expires_after), as OpenAI deletes batch files after 30
-	// days; a runner deletes expired files (each minute) once no running
-	// batch reads them. Output files are kept until deleted unless the
+	// days; a runner deletes expired files an hour after they expire (it
+	// looks each minute), once no running batch reads them. Output files are kept until deleted unless the
 	// batch says (output_expires_after). Default 720h; at least 1s; -1s
 	// keeps uploads until deleted.
 	FileExpiry Duration `yaml:"file_expiry"`

@@ -109,21 +109,21 @@ func TestFilesExpire(t *testing.T) {
 	assert.Equal(t, out.CreatedAt+5400, out.ExpiresAt, "output_expires_after")
 	assert.Len(t, download(t, acme, done.OutputFileID), 2)
 
-	// The runner's next sweep (each minute) deletes the expired input,
-	// now that its batch has ended.
+	// A sweep (each minute) an hour past its expiry deletes the expired
+	// input, now that its batch has ended.
 	blob := func(id string) error {
 		_, err := os.Stat(filepath.Join(f.dir, "files", id))
 		return err
 	}
 	require.NoError(t, blob(short.ID), "kept while its batch ran")
-	c.advance(time.Minute)
+	c.advance(time.Hour + time.Minute)
 	require.Eventually(t, func() bool { return expired(t, reg) == 1 }, 10*time.Second, 10*time.Millisecond)
 	assert.ErrorIs(t, blob(short.ID), os.ErrNotExist, "its bytes are gone")
 	_, err = f.store.File(ctx, short.ID)
 	assert.ErrorIs(t, err, batch.ErrNotFound)
 	require.NoError(t, blob(kept.ID), "a file not expired is kept")
 
-	c.advance(2 * time.Hour) // past kept's 2h and the output's 1.5h
+	c.advance(2 * time.Hour) // an hour past kept's 2h and the output's 1.5h
 	require.Eventually(t, func() bool { return expired(t, reg) == 3 }, 10*time.Second, 10*time.Millisecond)
 	list, err = acme.Files.List(ctx, openai.FileListParams{})
 	require.NoError(t, err)

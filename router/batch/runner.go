@@ -113,8 +113,13 @@ type Runner struct {
 	lastSweep time.Time
 }
 
-// sweepEvery is how often a runner deletes expired files.
-const sweepEvery = time.Minute
+// sweepEvery is how often a runner deletes expired files, sweepGrace how
+// long after their expiry: an expired file is gone from the API at once,
+// but a list paged with it as the cursor goes on for that long.
+const (
+	sweepEvery = time.Minute
+	sweepGrace = time.Hour
+)
 
 type lineKey struct {
 	batch string
@@ -287,11 +292,11 @@ func (r *Runner) housekeep(ctx context.Context) {
 	r.mu.Unlock()
 }
 
-// sweep deletes the files expired at now, but for the input files of
-// active batches: those go once their batch has ended. The API shows no
-// expired file, so none becomes an input meanwhile.
+// sweep deletes the files expired sweepGrace before now, but for the
+// input files of active batches: those go once their batch has ended. The
+// API shows no expired file, so none becomes an input meanwhile.
 func (r *Runner) sweep(ctx context.Context, now time.Time, active []BatchMeta) {
-	files, err := r.s.o.Store.ExpiredFiles(ctx, now)
+	files, err := r.s.o.Store.ExpiredFiles(ctx, now.Add(-sweepGrace))
 	if err != nil {
 		if ctx.Err() == nil {
 			r.s.o.Logger.Warn("batch runner: listing expired files", "err", err)
