@@ -210,6 +210,7 @@ type Gate struct {
 	seq     atomic.Uint64
 	prefix  string
 	counts  *[NumClasses]classCounters // shared with the gate it replaced (CountWith)
+	prev    atomic.Pointer[Gate]       // that gate while requests wait there, for Stats
 	// lastPoll is when a waiter's poll last dispatched (UnixNano): one
 	// poll per Patience dispatches, however many wait (pollDue).
 	lastPoll atomic.Int64

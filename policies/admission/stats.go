@@ -31,9 +31,12 @@ type classCounters struct {
 // CountWith makes g count into old's counters, from where they are: a
 // reload that builds a model a new gate (its admission settings changed)
 // carries the counts on, and the old gate's requests still waiting count
-// there too (the status page's counts went back to zero). Call it before
-// g admits anything.
-func (g *Gate) CountWith(old *Gate) { g.counts = old.counts }
+// there too (the status page's counts went back to zero), and are counted
+// waiting in g's Stats until they leave. Call it before g admits anything.
+func (g *Gate) CountWith(old *Gate) {
+	g.counts = old.counts
+	g.prev.Store(old)
+}
 
 // Stats returns each class's stats, indexed by Class.
 func (g *Gate) Stats() [NumClasses]ClassStats {
@@ -46,6 +49,16 @@ func (g *Gate) Stats() [NumClasses]ClassStats {
 		out[w.r.Class].Waiting++
 	}
 	g.mu.Unlock()
+	if p := g.prev.Load(); p != nil {
+		left := 0
+		for c, s := range p.Stats() {
+			out[c].Waiting += s.Waiting
+			left += s.Waiting
+		}
+		if left == 0 {
+			g.prev.CompareAndSwap(p, nil) // none waits there any more: let it go
+		}
+	}
 	for c := range out {
 		k := &g.counts[c]
 		out[c].Admitted, out[c].Shed, out[c].Waited = k.admitted.Load(), k.shed.Load(), time.Duration(k.waited.Load())

@@ -61,3 +61,30 @@ func TestGateCountsCarryOnToTheGateThatReplacesIt(t *testing.T) {
 	}
 	assert.Equal(t, uint64(3), next.Stats()[admission.Default].Admitted, "the old gate's admissions count there too")
 }
+
+// TestReplacedGatesWaitersStillCount: the requests still waiting in the
+// gate a reload replaced count as waiting in the new one's stats until they
+// leave (they vanished from the status page and the queued metric).
+func TestReplacedGatesWaitersStillCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		old, _ := newGate(t, 1, 1, 10)
+		ctx := context.Background()
+		hold, err := old.Admit(ctx, req(admission.Default, "x"))
+		require.NoError(t, err)
+		waited := make(chan ticketOrErr, 1)
+		go func() {
+			tk, err := old.Admit(ctx, req(admission.Flex, "x"))
+			waited <- ticketOrErr{tk, err}
+		}()
+		synctest.Wait()
+		next, _ := newGate(t, 1, 1, 10)
+		next.CountWith(old)
+		assert.Equal(t, 1, next.Stats()[admission.Flex].Waiting, "the old gate's waiter")
+		hold.Release()
+		got := <-waited
+		require.NoError(t, got.err)
+		got.t.Release()
+		assert.Zero(t, next.Stats()[admission.Flex].Waiting)
+		assert.Equal(t, uint64(2), next.Stats()[admission.Flex].Admitted+next.Stats()[admission.Default].Admitted)
+	})
+}
