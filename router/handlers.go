@@ -137,12 +137,14 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	ask := quota.Amount{Requests: 1, Input: int64(req.promptTokens)}
 	if r.URL.Path != "/v1/embeddings" {
 		out := req.maxTokens
-		if out == 0 && tenant.DefaultMaxTokens > 0 {
+		if tenant.DefaultMaxTokens > 0 && (out == 0 || r.URL.Path == "/v1/completions" && req.maxTokensOnly == 0) {
 			// What is reserved is what the backend may generate: without a
 			// cap it runs to the context's end (three choices with
-			// ignore_eos made 24,555 tokens where 768 were reserved).
-			out = tenant.DefaultMaxTokens
-			if b, err := usage.SetMaxTokens(body, out); err == nil {
+			// ignore_eos made 24,555 tokens where 768 were reserved). A
+			// completion's cap is max_tokens, which legacy servers read
+			// where they ignore max_completion_tokens.
+			out = max(out, tenant.DefaultMaxTokens)
+			if b, err := usage.SetMaxTokens(body, tenant.DefaultMaxTokens); err == nil {
 				body = b
 			}
 		}

@@ -35,7 +35,8 @@ type parsed struct {
 	memberTokens, memberBytes [3]int
 	bodyBytes                 int
 	// maxTokensOnly is max_tokens as sent (0 when absent), which legacy
-	// completions servers read rather than max_completion_tokens.
+	// completions servers read rather than max_completion_tokens: a
+	// completion without it is sent the tier's default.
 	maxTokensOnly int
 	prompt        []byte   // the prompt member's value, for checkRoute's count of prompts
 	prefix        []uint64 // see prefixHashes
@@ -165,7 +166,11 @@ func parseInference(body []byte) (parsed, error) {
 				return parsed{}, badRequest(m.name, "integer_below_min_value", fmt.Sprintf(
 					"Invalid '%s': integer below minimum value. Expected a value >= 1, but got %d instead.", m.name, *m.val))
 			}
-			p.maxTokens = *m.val // max_completion_tokens wins
+			// The larger of the two: a backend reads one or the other
+			// (vLLM's chat prefers max_completion_tokens, legacy servers
+			// read max_tokens alone, gpuworker's completions read both),
+			// and the limits must cover whichever it reads.
+			p.maxTokens = max(p.maxTokens, *m.val)
 		}
 	}
 	if f.maxTokens != nil {
@@ -241,12 +246,10 @@ func (p *parsed) checkRoute(path string) error {
 		p.promptTokens = p.memberTokens[i] + (p.bodyBytes-p.memberBytes[i])/jsonscan.BytesPerToken
 	}
 	if path == "/v1/completions" {
-		// Each prompt of a list gets its n (or best_of) completions, and
-		// a legacy server may read max_tokens where the limits read
-		// max_completion_tokens: 500 prompts with max_tokens 1000 were
-		// reserved 1,000 output tokens and generated 500,000.
+		// Each prompt of a list gets its n (or best_of) completions: 500
+		// prompts with max_tokens 1000 were reserved 1,000 output tokens
+		// and generated 500,000.
 		p.choices *= jsonscan.PromptCount(p.prompt)
-		p.maxTokens = p.maxTokensOnly // not max_completion_tokens: legacy servers do not read it
 	}
 	member, kind, want := "", byte(0), ""
 	switch path {

@@ -62,8 +62,11 @@ func TestPromptEstimateIsTheRoutes(t *testing.T) {
 }
 
 // TestCompletionsReserveEveryPrompt: a completion's prompt list gets its
-// choices per prompt, and max_tokens counts when it is the larger (a
-// legacy server reads it, not max_completion_tokens).
+// choices per prompt, and the larger of max_tokens and
+// max_completion_tokens counts, on every route: a backend reads one or the
+// other (a legacy server max_tokens alone, gpuworker's completions
+// max_completion_tokens first: 3,000 generated where the default's 100
+// was reserved).
 func TestCompletionsReserveEveryPrompt(t *testing.T) {
 	for _, tt := range []struct {
 		path, body         string
@@ -74,9 +77,10 @@ func TestCompletionsReserveEveryPrompt(t *testing.T) {
 		{"/v1/completions", `{"model":"m","prompt":[1,2,3]}`, 1, 0},
 		{"/v1/completions", `{"model":"m","prompt":"abc"}`, 1, 0},
 		{"/v1/completions", `{"model":"m","max_tokens":4000,"max_completion_tokens":1,"prompt":"hi"}`, 1, 4000},
-		{"/v1/completions", `{"model":"m","max_completion_tokens":1,"prompt":"hi"}`, 1, 0}, // the tier's default is reserved, and sent
+		{"/v1/completions", `{"model":"m","max_completion_tokens":3000,"prompt":"hi"}`, 1, 3000}, // and the tier's default sent as max_tokens
 
-		{"/v1/chat/completions", `{"model":"m","max_tokens":4000,"max_completion_tokens":1,"messages":[]}`, 1, 1},
+		{"/v1/chat/completions", `{"model":"m","max_tokens":4000,"max_completion_tokens":1,"messages":[]}`, 1, 4000},
+		{"/v1/chat/completions", `{"model":"m","max_tokens":1,"max_completion_tokens":4000,"messages":[]}`, 1, 4000},
 	} {
 		p, err := parseInference([]byte(tt.body))
 		require.NoError(t, err)

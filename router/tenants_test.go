@@ -165,6 +165,16 @@ func TestTenantOutputReservationCountsEveryChoice(t *testing.T) {
 	assert.Empty(t, apiErr.Response.Header.Get("Retry-After"), "it never fits: waiting would not help")
 	assert.Empty(t, apiErr.Response.Header.Get("Retry-After-Ms"))
 	assert.Equal(t, "100", apiErr.Response.Header.Get("X-Ratelimit-Limit-Tokens"))
+
+	// A completion's max_completion_tokens counts as its max_tokens does:
+	// gpuworker reads it, and one of 3,000 was reserved the tier's default
+	// and generated 3,000.
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Model: model,
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}},
+		option.WithJSONSet("max_completion_tokens", 3000))
+	assertAPIError(t, err, http.StatusTooManyRequests, "rate_limit_exceeded")
+	require.True(t, errors.As(err, &apiErr))
+	assert.Contains(t, apiErr.Message, "Request too large")
 }
 
 func TestTenantDailyQuotaAnswersInsufficientQuota(t *testing.T) {

@@ -205,22 +205,23 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 		bad(no, "mismatched_model", "body.model", "body.model %q is not %q, the model of line %d: a batch runs one model",
 			echo(body.Model), echo(c.model), c.modelLine)
 	}
-	// The output as the router reserves it: max_completion_tokens, else
-	// max_tokens (on completions max_tokens alone, as legacy servers read
-	// it), else the tier's default; n or best_of choices, per prompt of a
-	// completion's prompt list.
-	out := defaultMaxTokens
+	// The output as the router reserves it: the larger of
+	// max_completion_tokens and max_tokens (a backend reads one or the
+	// other), and the tier's default where neither is sent (on
+	// completions, where max_tokens is not, as legacy servers read it
+	// alone); n or best_of choices, per prompt of a completion's prompt
+	// list.
+	out := 0
+	for _, v := range []*int{body.MaxTokens, body.MaxCompletionTokens} {
+		if v != nil {
+			out = max(out, *v)
+		}
+	}
 	switch {
 	case in.URL == "/v1/embeddings":
 		out = 0
-	case in.URL == "/v1/completions":
-		if body.MaxTokens != nil {
-			out = *body.MaxTokens
-		}
-	case body.MaxCompletionTokens != nil:
-		out = *body.MaxCompletionTokens
-	case body.MaxTokens != nil:
-		out = *body.MaxTokens
+	case out == 0 || in.URL == "/v1/completions" && body.MaxTokens == nil:
+		out = max(out, defaultMaxTokens)
 	}
 	choices := 1
 	for _, m := range []struct {
