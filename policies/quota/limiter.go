@@ -245,6 +245,10 @@ type Reservation struct {
 	lease    string
 	at       time.Time
 	held     bool // false: nothing was charged (failed open)
+	// unsure: the Reserve's call failed, and the store may have run it
+	// all the same (a stalled Redis runs the script when it resumes): the
+	// settlement applies only if it did (Settlement.IfReserved).
+	unsure bool
 }
 
 // Reserve charges amt against key's limits lim. It returns a *RejectError
@@ -272,18 +276,29 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 	}
 	l.reserveLatency.Observe(l.o.Now().Sub(now).Seconds())
 	if err != nil {
-		if lim.Concurrency > 0 && l.pinger != nil {
-			// The store may have run it all the same; Run releases it
-			// (it probes only a store that can be pinged).
-			l.orphan(key, lim, amt, lease, now)
-		}
+		// The store may have run it all the same. A request that does not
+		// run has it refunded whole, if it ran, once the store answers (Run
+		// probes only a store that can be pinged); one that runs, failing
+		// open, settles what it used the same way.
+		unsure := l.pinger != nil
 		if ctx.Err() != nil {
+			if unsure {
+				l.orphan(key, lim, amt, Amount{}, lease, now)
+			}
 			return nil, ctx.Err() // the client left: not the store's fault
 		}
 		l.failed("reserve", err)
 		l.probeAt.Store(now.Add(probeEvery).UnixNano())
 		l.usageOf(key).reserved(now, !l.o.FailClosed, Decision{}, false)
-		return l.unavailable(key, lim, amt, now)
+		r, uerr := l.unavailable(key, lim, amt, now)
+		switch {
+		case !unsure:
+		case r == nil:
+			l.orphan(key, lim, amt, Amount{}, lease, now)
+		default:
+			r.lease, r.unsure = lease, true
+		}
+		return r, uerr
 	}
 	l.recovered()
 	l.usageOf(key).reserved(now, d.Allowed, d, true)
@@ -339,6 +354,10 @@ func (l *Limiter) Settle(r *Reservation, used Amount) {
 	}
 	now := l.o.Now()
 	l.usageOf(r.key).settled(now, used)
+	if r.unsure {
+		l.orphan(r.key, r.lim, r.amt, used, r.lease, r.at) // settled by Run once the store answers
+		return
+	}
 	if !r.held {
 		return
 	}
@@ -474,15 +493,17 @@ func (l *Limiter) Run(ctx context.Context) error {
 	}
 }
 
-// orphan keeps the lease of a Reserve that failed for release by Run,
-// reserved and used alike: released, the counters unmoved (the request
-// runs uncharged, or charged if the store ran it; or it does not run, its
-// client gone, and is charged as one that ran).
-func (l *Limiter) orphan(key string, lim Limits, amt Amount, lease string, now time.Time) {
+// orphan keeps the settlement of a Reserve whose call failed, for Run to
+// send once the store answers: used replaces amt, and its lease is
+// released, only if the store ran the Reserve (IfReserved). Until
+// 2026-12-05 such a Reserve stayed charged whole: a stream of 500 tokens
+// cut after 272 kept 500 charged, and one whose client left before it ran
+// all of it.
+func (l *Limiter) orphan(key string, lim Limits, amt, used Amount, lease string, at time.Time) {
 	l.omu.Lock()
 	if len(l.orphans) < maxOrphans {
-		l.orphans = append(l.orphans, SettleItem{Key: key, Limits: lim, Now: now,
-			Settlement: Settlement{Reserved: amt, Used: amt, LeaseID: lease, ReservedAt: now}})
+		l.orphans = append(l.orphans, SettleItem{Key: key, Limits: lim, Now: l.o.Now(),
+			Settlement: Settlement{Reserved: amt, Used: used, LeaseID: lease, ReservedAt: at, IfReserved: true}})
 	}
 	l.omu.Unlock()
 }

@@ -374,3 +374,34 @@ func TestTheLeaseOfAReserveItsClientLeftIsReleased(t *testing.T) {
 		return err == nil && d.Allowed
 	}, 5*time.Second, 20*time.Millisecond, "Run released the lease")
 }
+
+// TestAFailedReserveSettlesWhatItUsed: a Reserve whose call timed out but
+// that the store ran (failing open, the request runs) is settled with what
+// the request used once the store answers, not left charged whole (a
+// stream of 500 tokens cut after 272 kept 500 charged).
+func TestAFailedReserveSettlesWhatItUsed(t *testing.T) {
+	st := &late{Store: memstore.New()}
+	l, err := quota.NewLimiter(quota.LimiterOptions{Store: st, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	lim := quota.Limits{OutputTokensPerMinute: 60, OutputBurst: 1000}
+	st.lateOn.Store(true)
+	r, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Output: 1000})
+	require.NoError(t, err, "failing open")
+	assert.False(t, r.Decision.Allowed, "uncharged as far as the request knows")
+	l.Settle(r, quota.Amount{Output: 300})
+	st.lateOn.Store(false)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	require.Eventually(t, l.Healthy, 5*time.Second, 5*time.Millisecond)
+	assert.Eventually(t, func() bool {
+		r, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Output: 650})
+		if err != nil {
+			return false
+		}
+		l.Settle(r, quota.Amount{Output: 650})
+		return r.Decision.Allowed
+	}, 5*time.Second, 20*time.Millisecond, "700 of the 1,000 came back once the store answered")
+}

@@ -109,6 +109,13 @@ type Settlement struct {
 	// ReservedAt is the now passed to Reserve: it names the UTC day whose
 	// daily total is adjusted.
 	ReservedAt time.Time
+	// IfReserved settles a Reserve whose call failed (a timeout: the
+	// store may have run it all the same): it applies only if the store
+	// still holds LeaseID from that Reserve, and changes nothing
+	// otherwise. A shared store records every allowed Reserve's lease for
+	// its TTL for this; an in-process one, whose calls do not fail that
+	// way, may settle it as any other.
+	IfReserved bool
 }
 
 // Store checks and charges tenants' limits. key identifies the tenant (a

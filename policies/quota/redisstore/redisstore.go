@@ -231,10 +231,14 @@ func (s *Store) settleCall(key string, lim quota.Limits, st quota.Settlement, no
 	if ok {
 		ttl = dayTTL(day, now)
 	}
+	ifReserved := 0
+	if st.IfReserved {
+		ifReserved = 1
+	}
 	args := []any{
 		now.Unix(), now.Nanosecond(),
 		move[gcra.Requests], move[gcra.Input], move[gcra.Output],
-		st.LeaseID, dd, ttl, margin(),
+		st.LeaseID, dd, ttl, margin(), ifReserved,
 	}
 	return s.keys(key, st.ReservedAt), args, nil
 }

@@ -336,3 +336,36 @@ func BenchmarkReserveSettle(b *testing.B) {
 	}
 	quotatest.Bench(b, s)
 }
+
+// TestSettleIfReserved: a settlement whose Reserve's call failed applies
+// only if Redis ran that Reserve (its lease is there), with or without a
+// concurrency cap, and changes nothing otherwise: a stalled Redis ran such
+// Reserves when it resumed, and they stayed charged whole.
+func TestSettleIfReserved(t *testing.T) {
+	c := newClient(t)
+	s := newStore(t, c)
+	ctx, now := context.Background(), quotatest.Start()
+	lim := quota.Limits{OutputTokensPerMinute: 6000, OutputBurst: 1000} // no concurrency cap
+	reserved := quota.Amount{Output: 1000}
+	d, err := s.Reserve(ctx, "t", lim, reserved, quota.Lease{ID: "ran", TTL: time.Minute}, now)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+
+	// A settlement for a Reserve Redis never ran refunds nothing.
+	never := quota.Settlement{Reserved: reserved, Used: quota.Amount{}, LeaseID: "never", ReservedAt: now, IfReserved: true}
+	require.NoError(t, s.Settle(ctx, "t", lim, never, now))
+	d, err = s.Reserve(ctx, "t", lim, quota.Amount{Output: 1}, quota.Lease{ID: "probe", TTL: time.Minute}, now)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "still charged: the unknown lease refunded nothing")
+
+	// The one it ran is settled: 400 used, 600 back.
+	ran := quota.Settlement{Reserved: reserved, Used: quota.Amount{Output: 400}, LeaseID: "ran", ReservedAt: now, IfReserved: true}
+	require.NoError(t, s.Settle(ctx, "t", lim, ran, now))
+	d, err = s.Reserve(ctx, "t", lim, quota.Amount{Output: 600}, quota.Lease{ID: "after", TTL: time.Minute}, now)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "the refund applied")
+	require.NoError(t, s.Settle(ctx, "t", lim, ran, now))
+	d, err = s.Reserve(ctx, "t", lim, quota.Amount{Output: 1}, quota.Lease{ID: "again", TTL: time.Minute}, now)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "once: its lease went with the first")
+}

@@ -123,8 +123,8 @@ if day_cap > 0 then
   end
 end
 
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now_ms))
 if conc_cap > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now_ms))
   if redis.call('ZCARD', KEYS[2]) >= conc_cap then
     wait(2, tonumber(ARGV[17]))
   end
@@ -163,12 +163,12 @@ if day_cap > 0 and day_tokens > 0 then
   end
 end
 
-if conc_cap > 0 then
-  redis.call('ZADD', KEYS[2], int(now_ms + lease_ttl), ARGV[10])
-  local keep = lease_ttl + margin
-  if redis.call('PTTL', KEYS[2]) < keep then
-    redis.call('PEXPIRE', KEYS[2], int(keep))
-  end
+-- Every allowed reserve's lease is kept, with or without a concurrency
+-- cap: a settle whose reserve call failed applies only if it is there.
+redis.call('ZADD', KEYS[2], int(now_ms + lease_ttl), ARGV[10])
+local keep = lease_ttl + margin
+if redis.call('PTTL', KEYS[2]) < keep then
+  redis.call('PEXPIRE', KEYS[2], int(keep))
 end
 
 if any then
@@ -186,11 +186,14 @@ return {1, 0, 0, clamp(charged[1]), clamp(charged[2]), clamp(charged[3])}
 // KEYS: rate hash, lease sorted set, the total of the reservation's day.
 // ARGV: now_s, now_ns; the TAT move (ns, 0: none) of requests, input and
 // output; lease ID; the day total's delta (0: none) and the day key's TTL
-// (ms); the rate hash's expiry margin (ms).
+// (ms); the rate hash's expiry margin (ms); 1 when it applies only if the
+// lease is held (the reserve's call failed), else 0.
 //
-// Reply: 1.
+// Reply: 1, or 0 when it did not apply.
 const settleScript = common + `
-redis.call('ZREM', KEYS[2], ARGV[6])
+if redis.call('ZREM', KEYS[2], ARGV[6]) == 0 and ARGV[10] == '1' then
+  return 0
+end
 
 local delta = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
 local moved = {delta[1] ~= 0, delta[2] ~= 0, delta[3] ~= 0}
