@@ -355,6 +355,20 @@ func (l *Limiter) Settle(r *Reservation, used Amount) {
 	now := l.o.Now()
 	l.usageOf(r.key).settled(now, used)
 	if r.unsure {
+		it := SettleItem{Key: r.key, Limits: r.lim, Now: now, Settlement: Settlement{Reserved: r.amt, Used: used,
+			LeaseID: r.lease, ReservedAt: r.at, IfReserved: true}}
+		if !l.degraded.Load() {
+			// The store answers again: settle now, so that the slot its
+			// lease may hold is free for the tenant's next request (it
+			// waited for Run's next probe, and that request got a 429).
+			ctx, cancel := context.WithTimeout(context.Background(), l.o.Timeout)
+			err := l.o.Store.Settle(ctx, it.Key, it.Limits, it.Settlement, it.Now)
+			cancel()
+			if err == nil {
+				return
+			}
+			l.failed("settle", err)
+		}
 		l.orphan(r.key, r.lim, r.amt, used, r.lease, r.at) // settled by Run once the store answers
 		return
 	}

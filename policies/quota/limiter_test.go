@@ -405,3 +405,29 @@ func TestAFailedReserveSettlesWhatItUsed(t *testing.T) {
 		return r.Decision.Allowed
 	}, 5*time.Second, 20*time.Millisecond, "700 of the 1,000 came back once the store answered")
 }
+
+// TestAFailedReserveSettlesAtOnceWhenTheStoreAnswers: a request whose
+// Reserve's call failed, ending after the store answers again, is settled
+// as it ends, so its slot is free for the tenant's next request (it waited
+// for Run's next probe: a tester's next request got a 429).
+func TestAFailedReserveSettlesAtOnceWhenTheStoreAnswers(t *testing.T) {
+	st := &late{Store: memstore.New()}
+	l, err := quota.NewLimiter(quota.LimiterOptions{Store: st, LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	lim := quota.Limits{Concurrency: 1}
+	st.lateOn.Store(true)
+	r, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
+	require.NoError(t, err, "failing open")
+	st.lateOn.Store(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	require.Eventually(t, l.Healthy, 5*time.Second, time.Millisecond, "Run's ping finds the store back")
+
+	l.Settle(r, quota.Amount{Requests: 1}) // inline, not at Run's next probe
+	next, err := l.Reserve(context.Background(), "t", lim, quota.Amount{Requests: 1})
+	require.NoError(t, err)
+	assert.True(t, next.Decision.Allowed, "the slot is free at once")
+	l.Settle(next, quota.Amount{Requests: 1})
+}
