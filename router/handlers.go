@@ -125,7 +125,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	traceRequest(r.Context(), *model, req.model, tenant, preq.Class)
 	out := &rec.out
 	if tenant == nil {
-		ticket, err := rt.admit(r, rte, &preq, class, nil)
+		ticket, err := rt.admit(r, rte, &preq, class, nil, rec)
 		if err != nil {
 			return err
 		}
@@ -161,7 +161,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		return err
 	}
 	setRateHeaders(w.Header(), res.Decision)
-	ticket, err := rt.admit(r, rte, &preq, class, tenant)
+	ticket, err := rt.admit(r, rte, &preq, class, tenant, rec)
 	if err != nil {
 		rt.limiter.Settle(res, quota.Amount{Requests: 1}) // never ran: its tokens come back
 		return err
@@ -237,16 +237,22 @@ func serviceClass(asked string, t *auth.Tenant) (admission.Class, error) {
 // admit runs the admission stage when the route has a gate: it waits until
 // an endpoint has room (or sheds) and returns the ticket bound to it; nil
 // without a gate.
-func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, class admission.Class, t *auth.Tenant) (*admission.Ticket, error) {
+func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, class admission.Class, t *auth.Tenant, rec *requestRecord) (ticket *admission.Ticket, err error) {
 	if rte.Gate == nil {
 		return nil, nil
 	}
+	start := rt.now()
+	defer func() {
+		if err != nil { // shed, refused, or its client left: how long it waited (its log line had no queued_ms)
+			rec.queued, rec.gated = rt.now().Sub(start), true
+		}
+	}()
 	ar := admission.Request{Class: class, Tokens: preq.ExpectedTokens(), Routing: preq, Weight: 1, Batch: admission.IsBatch(r.Context())}
 	if t != nil {
 		ar.Tenant, ar.TierPriority, ar.Weight = t.Name, t.Priority, float64(max(t.Weight, 1))
 	}
 	span := rt.stageSpan(r.Context(), "admission")
-	ticket, err := rte.Gate.Admit(r.Context(), ar)
+	ticket, err = rte.Gate.Admit(r.Context(), ar)
 	endAdmission(span, class, ticket, err)
 	var shed *admission.ShedError
 	switch {

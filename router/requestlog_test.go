@@ -312,7 +312,11 @@ func TestRequestLogSaysHowLongARequestQueued(t *testing.T) {
 		first <- err
 	}()
 	require.Eventually(t, func() bool { return s.endpoints[w.srv.URL].InFlight() == 1 }, 5*time.Second, time.Millisecond)
-	_, err := c.Chat.Completions.New(context.Background(), p, option.WithHeader("X-Request-Id", "req-second"))
+	gone, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := c.Chat.Completions.New(gone, p, option.WithHeader("X-Request-Id", "req-gone"))
+	cancel()
+	require.Error(t, err, "it left the queue")
+	_, err = c.Chat.Completions.New(context.Background(), p, option.WithHeader("X-Request-Id", "req-second"))
 	require.NoError(t, err)
 	require.NoError(t, <-first)
 
@@ -322,6 +326,9 @@ func TestRequestLogSaysHowLongARequestQueued(t *testing.T) {
 	require.Contains(t, two, "queued_ms")
 	assert.Positive(t, two["queued_ms"], "it waited for the first's slot")
 	assert.LessOrEqual(t, two["queued_ms"], two["latency_ms"])
+	left := requestLine(t, &logs, "req-gone")
+	require.Contains(t, left, "queued_ms", "a request that left the queue says how long it waited (it said nothing)")
+	assert.Positive(t, left["queued_ms"])
 	require.Contains(t, two, "overhead_ms")
 	assert.LessOrEqual(t, two["overhead_ms"].(float64)+two["queued_ms"].(float64), two["latency_ms"], "the wait is not overhead")
 
