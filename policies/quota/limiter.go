@@ -283,7 +283,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 		unsure := l.pinger != nil
 		if ctx.Err() != nil {
 			if unsure {
-				l.orphan(key, lim, amt, Amount{}, lease, now)
+				l.orphan(unsureItem(key, lim, amt, Amount{}, lease, now, now))
 			}
 			return nil, ctx.Err() // the client left: not the store's fault
 		}
@@ -294,7 +294,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, amt Amoun
 		switch {
 		case !unsure:
 		case r == nil:
-			l.orphan(key, lim, amt, Amount{}, lease, now)
+			l.orphan(unsureItem(key, lim, amt, Amount{}, lease, now, now))
 		default:
 			r.lease, r.unsure = lease, true
 		}
@@ -355,8 +355,7 @@ func (l *Limiter) Settle(r *Reservation, used Amount) {
 	now := l.o.Now()
 	l.usageOf(r.key).settled(now, used)
 	if r.unsure {
-		it := SettleItem{Key: r.key, Limits: r.lim, Now: now, Settlement: Settlement{Reserved: r.amt, Used: used,
-			LeaseID: r.lease, ReservedAt: r.at, IfReserved: true}}
+		it := unsureItem(r.key, r.lim, r.amt, used, r.lease, r.at, now)
 		if !l.degraded.Load() {
 			// The store answers again: settle now, so that the slot its
 			// lease may hold is free for the tenant's next request (it
@@ -369,7 +368,7 @@ func (l *Limiter) Settle(r *Reservation, used Amount) {
 			}
 			l.failed("settle", err)
 		}
-		l.orphan(r.key, r.lim, r.amt, used, r.lease, r.at) // settled by Run once the store answers
+		l.orphan(it) // settled by Run once the store answers
 		return
 	}
 	if !r.held {
@@ -507,19 +506,24 @@ func (l *Limiter) Run(ctx context.Context) error {
 	}
 }
 
-// orphan keeps the settlement of a Reserve whose call failed, for Run to
-// send once the store answers: used replaces amt, and its lease is
-// released, only if the store ran the Reserve (IfReserved). Until
+// orphan keeps it, the settlement of a Reserve whose call failed, for Run
+// to send once the store answers (see unsureItem). Until
 // 2026-12-05 such a Reserve stayed charged whole: a stream of 500 tokens
 // cut after 272 kept 500 charged, and one whose client left before it ran
 // all of it.
-func (l *Limiter) orphan(key string, lim Limits, amt, used Amount, lease string, at time.Time) {
+func (l *Limiter) orphan(it SettleItem) {
 	l.omu.Lock()
 	if len(l.orphans) < maxOrphans {
-		l.orphans = append(l.orphans, SettleItem{Key: key, Limits: lim, Now: l.o.Now(),
-			Settlement: Settlement{Reserved: amt, Used: used, LeaseID: lease, ReservedAt: at, IfReserved: true}})
+		l.orphans = append(l.orphans, it)
 	}
 	l.omu.Unlock()
+}
+
+// unsureItem settles, at now, a Reserve at at whose call failed: used
+// replaces amt only if the store ran it.
+func unsureItem(key string, lim Limits, amt, used Amount, lease string, at, now time.Time) SettleItem {
+	return SettleItem{Key: key, Limits: lim, Now: now,
+		Settlement: Settlement{Reserved: amt, Used: used, LeaseID: lease, ReservedAt: at, IfReserved: true}}
 }
 
 // maxOrphans bounds the leases of failed Reserves kept for release;

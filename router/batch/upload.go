@@ -42,7 +42,6 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 		size                  int64
 		lines                 int
 		expiry                expiresAfter // expires_after[anchor], expires_after[seconds]
-		expirySet             bool
 	)
 	defer func() {
 		if err != nil && id != "" {
@@ -68,7 +67,6 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 			if verr != nil {
 				return verr
 			}
-			expirySet = true
 			if part.FormName() == "expires_after[anchor]" {
 				expiry.Anchor = &v
 				break
@@ -106,7 +104,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 			"The file has %d requests; a batch input file may have at most %d.", lines, s.o.MaxLines)
 	}
 	var keep int64 // seconds
-	if expirySet {
+	if expiry.Anchor != nil || expiry.Seconds != nil {
 		if keep, err = expiry.check("expires_after"); err != nil {
 			return err
 		}
