@@ -225,7 +225,9 @@ func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 	worker := startWorker(t, "m")
 	limits := "    requests_per_minute: 6\n    requests_burst: 100\n"
 
-	shared := tenantConfig(t, worker.URL, limits, "  redis_url: "+redis.url()+"\n  key_prefix: shared\n")
+	// A generous Redis timeout: the default 50 ms fails open on a loaded
+	// test machine, and this test measures the sharing, not fail-open.
+	shared := tenantConfig(t, worker.URL, limits, "  redis_url: "+redis.url()+"\n  key_prefix: shared\n  timeout: 2s\n")
 	var three []string
 	for range 3 {
 		three = append(three, startReplica(t, bin, shared))
@@ -235,7 +237,7 @@ func TestReplicasShareOneLimitThroughRedis(t *testing.T) {
 	assert.Equal(t, 300, got[http.StatusOK]+got[http.StatusTooManyRequests])
 	assert.InDelta(t, 100, got[http.StatusOK], 5, "three replicas admit the tier's burst (±5%%), got %v", got)
 
-	single := tenantConfig(t, worker.URL, limits, "  redis_url: "+redis.url()+"\n  key_prefix: single\n")
+	single := tenantConfig(t, worker.URL, limits, "  redis_url: "+redis.url()+"\n  key_prefix: single\n  timeout: 2s\n")
 	one := startReplica(t, bin, single)
 	gotOne := burst(t, []string{one}, 300, 12)
 	assert.InDelta(t, gotOne[http.StatusOK], got[http.StatusOK], 5, "three replicas admit what one does: %v vs %v", got, gotOne)
