@@ -18,7 +18,8 @@ type Tier struct {
 	Quota `yaml:",inline"`
 	// DefaultMaxTokens is the number of output tokens reserved for a
 	// request that sets no max_tokens; the real count is settled when the
-	// answer ends. Default 1024; positive, and no more than
+	// answer ends; where the tier limits output tokens it is also sent as
+	// the request's max_tokens. Default 1024; positive, and no more than
 	// output_tokens_burst when output_tokens_per_minute is set (a larger
 	// reservation could never be admitted).
 	DefaultMaxTokens int64 `yaml:"default_max_tokens"`

@@ -138,14 +138,19 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	if r.URL.Path != "/v1/embeddings" {
 		out := req.maxTokens
 		if tenant.DefaultMaxTokens > 0 && (out == 0 || r.URL.Path == "/v1/completions" && req.maxTokensOnly == 0) {
-			// What is reserved is what the backend may generate: without a
-			// cap it runs to the context's end (three choices with
-			// ignore_eos made 24,555 tokens where 768 were reserved). A
-			// completion's cap is max_tokens, which legacy servers read
-			// where they ignore max_completion_tokens.
 			out = max(out, tenant.DefaultMaxTokens)
-			if b, err := usage.SetMaxTokens(body, tenant.DefaultMaxTokens); err == nil {
-				body = b
+			if tenant.Limits.OutputTokensPerMinute > 0 || tenant.Limits.TokensPerDay > 0 {
+				// What is reserved is what the backend may generate:
+				// without a cap it runs to the context's end (three
+				// choices with ignore_eos made 24,555 tokens where 768
+				// were reserved). A completion's cap is max_tokens, which
+				// legacy servers read where they ignore
+				// max_completion_tokens. A tier that limits no output
+				// tokens has nothing to hold to: its requests go as sent
+				// (every answer was cut at 1,024 tokens).
+				if b, err := usage.SetMaxTokens(body, tenant.DefaultMaxTokens); err == nil {
+					body = b
+				}
 			}
 		}
 		ask.Output = policies.OutputEstimate(out, req.choices) // each of n completions may run to max_tokens

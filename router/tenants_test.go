@@ -1,10 +1,16 @@
 package router_test
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"image"
+	pngenc "image/png"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -388,9 +394,10 @@ func TestLimitStoreDownFailsOpenOrClosed(t *testing.T) {
 }
 
 // TestTheReservedOutputIsTheBackendsCap: a request without max_tokens (or
-// with null) reserves the tier's default_max_tokens, and that default is
-// sent as its max_tokens: without it the backend may generate to the
-// context's end, far past what was reserved.
+// with null) reserves the tier's default_max_tokens, and where the tier
+// limits output tokens that default is sent as its max_tokens: without it
+// the backend may generate to the context's end, far past what was
+// reserved. A tier that limits no output sends requests as they came.
 func TestTheReservedOutputIsTheBackendsCap(t *testing.T) {
 	var mu sync.Mutex
 	var got []map[string]any
@@ -404,22 +411,29 @@ func TestTheReservedOutputIsTheBackendsCap(t *testing.T) {
 		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 	}))
 	t.Cleanup(backend.Close)
-	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro", DefaultMaxTokens: 77})
+	opts := withTenants(t, &auth.Tenant{Name: "acme", Tier: "pro", DefaultMaxTokens: 77,
+		Limits: quota.Limits{OutputTokensPerMinute: 1000, OutputBurst: 1000}},
+		&auth.Tenant{Name: "daily", Tier: "day", DefaultMaxTokens: 77, Limits: quota.Limits{TokensPerDay: 100000}},
+		&auth.Tenant{Name: "open", Tier: "open", DefaultMaxTokens: 77, Limits: quota.Limits{RequestsPerMinute: 1000}})
 	s := startSluice(t, opts, routeSpec{model: model, urls: []string{backend.URL}})
 	for _, tt := range []struct {
 		path, body string
 		want       any // max_tokens as the backend got it
+		key        string
 	}{
-		{"/v1/chat/completions", `{"model":"` + model + `","messages":[]}`, float64(77)},
-		{"/v1/chat/completions", `{"model":"` + model + `","max_tokens":null,"messages":[]}`, float64(77)},
-		{"/v1/completions", `{"model":"` + model + `","max_completion_tokens":1,"prompt":"hi"}`, float64(77)},
-		{"/v1/chat/completions", `{"model":"` + model + `","max_tokens":5,"messages":[]}`, float64(5)},
-		{"/v1/chat/completions", `{"model":"` + model + `","max_completion_tokens":5,"messages":[]}`, nil},
-		{"/v1/embeddings", `{"model":"` + model + `","input":"hi"}`, nil},
+		{"/v1/chat/completions", `{"model":"` + model + `","messages":[]}`, float64(77), ""},
+		{"/v1/chat/completions", `{"model":"` + model + `","max_tokens":null,"messages":[]}`, float64(77), ""},
+		{"/v1/completions", `{"model":"` + model + `","max_completion_tokens":1,"prompt":"hi"}`, float64(77), ""},
+		{"/v1/chat/completions", `{"model":"` + model + `","max_tokens":5,"messages":[]}`, float64(5), ""},
+		{"/v1/chat/completions", `{"model":"` + model + `","max_completion_tokens":5,"messages":[]}`, nil, ""},
+		{"/v1/embeddings", `{"model":"` + model + `","input":"hi"}`, nil, ""},
+		{"/v1/chat/completions", `{"model":"` + model + `","messages":[]}`, float64(77), "sk-daily"},
+		{"/v1/chat/completions", `{"model":"` + model + `","messages":[]}`, nil, "sk-open"},
+		{"/v1/completions", `{"model":"` + model + `","prompt":"hi"}`, nil, "sk-open"},
 	} {
 		req, err := http.NewRequest(http.MethodPost, s.srv.URL+tt.path, strings.NewReader(tt.body))
 		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer sk-acme")
+		req.Header.Set("Authorization", "Bearer "+cmp.Or(tt.key, "sk-acme"))
 		res, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, res.Body)
@@ -430,4 +444,35 @@ func TestTheReservedOutputIsTheBackendsCap(t *testing.T) {
 		mu.Unlock()
 		assert.Equal(t, tt.want, last["max_tokens"], tt.body)
 	}
+}
+
+// TestAnInlineImageIsReservedAsAnImage: a vision request with a 512×512
+// PNG inlined as a data URL (350 KB of base64) reserves the image's few
+// hundred tokens, not its base64's 87,000 at four bytes a token, which
+// a tier's 20,000-token input burst refused as too large.
+func TestAnInlineImageIsReservedAsAnImage(t *testing.T) {
+	_, c := acmeSluice(t, quota.Limits{InputTokensPerMinute: 20000, InputBurst: 20000, OutputTokensPerMinute: 6000, OutputBurst: 6000}, 0)
+	img := image.NewGray(image.Rect(0, 0, 512, 512))
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range img.Pix {
+		img.Pix[i] = byte(rnd.Uint32()) // noise: it does not compress
+	}
+	var png bytes.Buffer
+	require.NoError(t, pngenc.Encode(&png, img))
+	url := "data:image/png;base64," + base64.StdEncoding.EncodeToString(png.Bytes())
+	require.Greater(t, len(url)/4, 80000)
+
+	p := chatParams(model)
+	p.Messages = []openai.ChatCompletionMessageParamUnion{openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
+		openai.TextContentPart("What is in this image?"),
+		openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: url}),
+	})}
+	var res *http.Response
+	_, err := c.Chat.Completions.New(context.Background(), p, option.WithResponseInto(&res))
+	require.NoError(t, err)
+	// The input reserved: 19 × 19 patches of 28 pixels, plus the text and
+	// the message's framing.
+	remaining, err := strconv.Atoi(res.Header.Get("X-Ratelimit-Remaining-Tokens"))
+	require.NoError(t, err)
+	assert.InDelta(t, 20000-361, remaining, 60)
 }

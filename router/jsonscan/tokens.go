@@ -17,7 +17,10 @@ const BytesPerToken = 4
 // tokenizer adds a special token to each prompt: 100,000 empty strings
 // as embeddings inputs were 200,000 tokens estimated at none). Keys and role names are
 // strings too, so a chat message's framing counts a few tokens, about what
-// chat templates add. v must be valid JSON. It allocates nothing.
+// chat templates add. A string that is a base64 data URL counts as the
+// media it holds (see ImagePatch and BytesPerMediaToken), not as text.
+// v must be valid JSON. It allocates nothing but to read an inline image's
+// header.
 func ApproxTokens(v []byte) int {
 	n := 0
 	for i := 0; i < len(v); {
@@ -27,7 +30,7 @@ func ApproxTokens(v []byte) int {
 			if end < 0 {
 				return n
 			}
-			n += max((end-i-2+BytesPerToken-1)/BytesPerToken, 1)
+			n += valueTokens(v[i:end])
 			i = end
 		case c == '-' || c >= '0' && c <= '9':
 			n++

@@ -88,14 +88,14 @@ func scan(b []byte, fn func(key, val []byte, tokens int)) bool {
 			if depth == 1 {
 				key, val, valTokens = b[i+1:k-1], v, tokens
 			} else {
-				tokens += stringTokens(k - i)
+				tokens += valueTokens(b[i:k])
 			}
 			i = v
 			continue // its first member's value
 		case '"':
 			start := i
 			if i = stringEnd(b, i); i > 0 {
-				tokens += stringTokens(i - start)
+				tokens += valueTokens(b[start:i])
 			}
 		case 't':
 			i = literal(b, i, "true")
@@ -166,7 +166,7 @@ func scan(b []byte, fn func(key, val []byte, tokens int)) bool {
 			if depth == 1 {
 				key, val, valTokens = b[i+1:k-1], v, tokens
 			} else {
-				tokens += stringTokens(k - i)
+				tokens += valueTokens(b[i:k])
 			}
 			i = v
 		}
