@@ -7,7 +7,7 @@ import (
 
 // TierWriter stamps the service class that served a request into the
 // answer, as OpenAI's answers carry "service_tier": it inserts
-// "service_tier":"CLASS", right after the opening brace of a JSON answer
+// "service_tier":"CLASS" right after the opening brace of a JSON answer
 // and of every data event of a stream, and relays every other byte as it
 // comes (a byte-level insert, no re-encoding). A backend that sends its own
 // service_tier later in the object is not edited; JSON readers keep the
@@ -15,7 +15,8 @@ import (
 // so that the Writer measures the backend's own bytes.
 type TierWriter struct {
 	http.ResponseWriter
-	member []byte // "service_tier":"x",
+	member []byte // "service_tier":"x"
+	comma  bool   // the member was just inserted: a comma goes before the next member, none before "}"
 
 	on     bool // a 2xx JSON or event-stream answer
 	stream bool
@@ -25,7 +26,7 @@ type TierWriter struct {
 
 // NewTierWriter returns a writer stamping class into what it relays to w.
 func NewTierWriter(w http.ResponseWriter, class string) *TierWriter {
-	return &TierWriter{ResponseWriter: w, member: []byte(`"service_tier":"` + class + `",`)}
+	return &TierWriter{ResponseWriter: w, member: []byte(`"service_tier":"` + class + `"`)}
 }
 
 // WriteHeader decides whether the answer is stamped.
@@ -48,6 +49,23 @@ func (t *TierWriter) Write(p []byte) (int, error) {
 	}
 	from := 0
 	for i, c := range p {
+		if t.comma {
+			switch {
+			case c == ' ' || c == '\t' || !t.stream && (c == '\n' || c == '\r'):
+				continue
+			case c == '}' || c == '\n' || c == '\r': // an empty object ({} was {"service_tier":"x",}), or an event's line broken after "{"
+				t.comma = false
+			default:
+				t.comma = false
+				if _, err := t.ResponseWriter.Write(p[from:i]); err != nil {
+					return from, err
+				}
+				if _, err := t.ResponseWriter.Write(comma); err != nil {
+					return i, err
+				}
+				from = i
+			}
+		}
 		if t.insertAfter(c) {
 			if _, err := t.ResponseWriter.Write(p[from : i+1]); err != nil {
 				return from, err
@@ -56,6 +74,7 @@ func (t *TierWriter) Write(p []byte) (int, error) {
 				return i + 1, err
 			}
 			from = i + 1
+			t.comma = true
 		}
 	}
 	if _, err := t.ResponseWriter.Write(p[from:]); err != nil {
@@ -63,6 +82,8 @@ func (t *TierWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+var comma = []byte(",")
 
 // insertAfter advances over c and reports whether the member goes right
 // after it.

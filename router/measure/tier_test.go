@@ -14,6 +14,7 @@ import (
 func TestTierWriterStampsEveryObject(t *testing.T) {
 	stream := "data: {\"id\":\"1\",\"choices\":[{\"delta\":{\"content\":\"a{b\"}}]}\n\n" +
 		"data:{\"id\":\"2\",\"choices\":[]}\r\n\r\n" +
+		"data: {}\n\n" + "data: { \t}\n\n" + "data: { \"id\":\"3\"}\n\n" +
 		": comment {\n\n" +
 		"data: [DONE]\n\n"
 	for cut := 0; cut <= len(stream); cut++ { // every split of the stream into two writes
@@ -38,7 +39,7 @@ func TestTierWriterStampsEveryObject(t *testing.T) {
 			assert.Equal(t, "flex", v["service_tier"])
 			objects++
 		}
-		assert.Equal(t, 2, objects)
+		assert.Equal(t, 5, objects)
 		assert.Contains(t, rec.Body.String(), ": comment {\n", "comments untouched")
 		assert.Contains(t, rec.Body.String(), "data: [DONE]\n\n")
 	}
@@ -62,4 +63,22 @@ func TestTierWriterJSONAndErrors(t *testing.T) {
 	tw.WriteHeader(http.StatusBadRequest)
 	_, _ = tw.Write([]byte(`{"error":{}}`))
 	assert.Equal(t, `{"error":{}}`, rec.Body.String(), "errors are not stamped")
+}
+
+// An empty object gets the member and no comma: {} was answered as
+// {"service_tier":"flex",}, which no JSON reader takes.
+func TestTierWriterEmptyObject(t *testing.T) {
+	for _, body := range []string{`{}`, `{ }`, "{\n}", `{ "a" : 1 }`, "{\n  \"a\": 1\n}"} {
+		for cut := 0; cut <= len(body); cut++ {
+			rec := httptest.NewRecorder()
+			tw := NewTierWriter(rec, "flex")
+			tw.Header().Set("Content-Type", "application/json")
+			tw.WriteHeader(http.StatusOK)
+			_, _ = tw.Write([]byte(body[:cut]))
+			_, _ = tw.Write([]byte(body[cut:]))
+			var v map[string]any
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &v), "%q cut at %d: %s", body, cut, rec.Body.String())
+			assert.Equal(t, "flex", v["service_tier"])
+		}
+	}
 }
