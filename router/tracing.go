@@ -102,8 +102,13 @@ func traceAnswer(span trace.Span, out *backends.Outcome) {
 		return
 	}
 	span.SetAttributes(semconv.HTTPResponseStatusCode(out.Status))
-	if out.Status >= 500 {
+	switch {
+	case out.Status >= 500:
 		span.SetStatus(codes.Error, "")
+	case out.Status/100 == 2 && out.Class != backends.ClassOK && out.Class != backends.ClassClientGone:
+		// A stream that broke after its 200 (the client got an error
+		// event): its span read as a success.
+		span.SetStatus(codes.Error, out.Class.String())
 	}
 	if out.Status/100 != 2 {
 		return
@@ -255,7 +260,7 @@ func endAttempt(span trace.Span, out *backends.Outcome, err error) {
 	if status != 0 {
 		span.SetAttributes(attrUpstreamStatus.Int(status))
 	}
-	if err != nil || out.Class.BackendFault() || status >= 400 {
+	if err != nil || out.Class.BackendFault() || out.Class == backends.ClassRequestTimeout || status >= 400 {
 		desc := out.Class.String()
 		if err != nil {
 			desc = err.Error()

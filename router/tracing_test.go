@@ -332,15 +332,23 @@ func TestSpanNamesAreRoutesAndProbesAreUntraced(t *testing.T) {
 		_, _ = io.Copy(io.Discard, res.Body)
 		_ = res.Body.Close()
 	}
+	for _, m := range []string{"XABCDE", strings.Repeat("A", 3000)} { // a made-up method is not the span's name
+		req, err := http.NewRequest(m, s.srv.URL+"/v1/chat/completions", nil)
+		require.NoError(t, err)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+	}
 	var names []string
 	require.Eventually(t, func() bool {
 		names = names[:0]
 		for _, sp := range rec.Ended() {
 			names = append(names, sp.Name())
 		}
-		return len(names) >= 2
+		return len(names) >= 4
 	}, 5*time.Second, time.Millisecond)
-	assert.ElementsMatch(t, []string{"GET unmatched", "GET /v1/models/*"}, names)
+	assert.ElementsMatch(t, []string{"GET unmatched", "GET /v1/models/*", "HTTP unmatched", "HTTP unmatched"}, names)
 	http.DefaultClient.CloseIdleConnections()
 }
 
@@ -367,4 +375,28 @@ func TestSpanOfAStreamItsClientLeftHasItsUsage(t *testing.T) {
 	ra := attrs(tr[requestSpan][0])
 	assert.Positive(t, ra["gen_ai.usage.output_tokens"].AsInt64())
 	assert.Positive(t, ra["gen_ai.usage.input_tokens"].AsInt64(), "the prompt's estimate, as the log line counts it")
+}
+
+// TestSpansOfABrokenStreamAreErrors: a stream that breaks after its 200
+// (the backend stalls past the idle timeout; the client reads an error
+// event) marks its request span and its upstream span as errors: the
+// request span read as a success.
+func TestSpansOfABrokenStreamAreErrors(t *testing.T) {
+	rec, tp := recorded(t)
+	w := startWorkerOpts(t, gpuworker.Options{Model: model, Faults: gpuworker.Faults{StallAfter: 3}})
+	s := startSluice(t, router.Options{StreamIdleTimeout: 300 * time.Millisecond, TracerProvider: tp},
+		routeSpec{model: model, urls: []string{w.srv.URL}})
+	c := s.client(t)
+	st := c.Chat.Completions.NewStreaming(context.Background(), chatParams(model))
+	for st.Next() {
+	}
+	require.Error(t, st.Err())
+
+	tr := traces(t, rec, 1)[0]
+	req, up := tr[requestSpan][0], tr["upstream"][0]
+	assert.EqualValues(t, http.StatusOK, attrs(req)["http.response.status_code"].AsInt64())
+	assert.Equal(t, codes.Error, req.Status().Code)
+	assert.Equal(t, "timeout", req.Status().Description)
+	assert.Equal(t, codes.Error, up.Status().Code)
+	assert.Equal(t, "timeout", attrs(up)["sluice.outcome"].AsString())
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,9 @@ func setupTracing(ctx context.Context) (trace.TracerProvider, func(context.Conte
 	}
 	if proto != "" && proto != "http/protobuf" {
 		return nil, nil, fmt.Errorf("OTLP protocol %s: sluice exports traces over http/protobuf only", proto)
+	}
+	if err := checkSampler(os.Getenv("OTEL_TRACES_SAMPLER"), os.Getenv("OTEL_TRACES_SAMPLER_ARG")); err != nil {
+		return nil, nil, err
 	}
 	res, err := newResource(ctx)
 	if err != nil {
@@ -105,4 +109,23 @@ func (e *traceErrors) Handle(err error) {
 	e.last, e.dropped = now, 0
 	e.mu.Unlock()
 	e.log.Warn("tracing error", "err", err, "errors_since_last_line", dropped)
+}
+
+// checkSampler refuses an OTEL_TRACES_SAMPLER (and its ratio) the SDK
+// would replace with its default after a plain-text line on stderr: a
+// tester's "bogus" started, logging sampler "bogus", sampling everything.
+func checkSampler(name, arg string) error {
+	switch name {
+	case "", "always_on", "always_off", "parentbased_always_on", "parentbased_always_off":
+		return nil
+	case "traceidratio", "parentbased_traceidratio":
+		if arg == "" {
+			return nil // the SDK's ratio, 1
+		}
+		if r, err := strconv.ParseFloat(arg, 64); err != nil || r < 0 || r > 1 {
+			return fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%s: a ratio between 0 and 1", arg)
+		}
+		return nil
+	}
+	return fmt.Errorf("OTEL_TRACES_SAMPLER=%s: one of always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio", name)
 }

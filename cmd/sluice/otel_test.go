@@ -169,6 +169,8 @@ func TestTracingRefusesWhatItCannotExport(t *testing.T) {
 		{"zipkin", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER=zipkin"},
 		{"grpc", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTLP protocol grpc"},
 		{"http/json", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, "OTLP protocol http/json"},
+		{"a sampler the SDK does not know", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_SAMPLER": "bogus"}, "OTEL_TRACES_SAMPLER=bogus"},
+		{"a ratio above 1", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "5"}, "OTEL_TRACES_SAMPLER_ARG=5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

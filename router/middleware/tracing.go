@@ -26,7 +26,8 @@ type TracingOptions struct {
 // propagated, and records the request ID on it. The span is named after
 // the method and the route pattern chi matched ("POST
 // /v1/chat/completions", "GET /v1/files/*"), or "unmatched": never the
-// client's raw path, which would make span names unbounded. With the no-op provider
+// client's raw path or made-up method ("HTTP" then), which would make span
+// names unbounded. With the no-op provider
 // (tracing off) a request that carries no trace context passes straight
 // through, as its span would be nothing; one that carries it still has it
 // taken up, so that it reaches the backends.
@@ -50,7 +51,8 @@ func Tracing(opts TracingOptions) func(http.Handler) http.Handler {
 				return
 			}
 			ctx := opts.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
+			method := spanMethod(r.Method)
+			ctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
 			defer span.End()
 			if !span.IsRecording() {
 				next.ServeHTTP(w, r.WithContext(ctx))
@@ -62,9 +64,21 @@ func Tracing(opts TracingOptions) func(http.Handler) http.Handler {
 			if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
 				route = rc.RoutePattern()
 			}
-			span.SetName(r.Method + " " + route)
+			span.SetName(method + " " + route)
 		})
 	}
+}
+
+// spanMethod is method when it is one of HTTP's, else "HTTP", as
+// OpenTelemetry's HTTP conventions name such spans: the client's made-up
+// methods made span names unbounded (one tester sent a 3,000-byte one).
+func spanMethod(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method
+	}
+	return "HTTP"
 }
 
 // carries reports whether h has any of the propagator's fields (canonical
