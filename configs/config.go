@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -358,6 +359,9 @@ func Parse(b []byte) (*Config, error) {
 	strict.KnownFields(true)
 	if err := strict.Decode(&c); err != nil {
 		return nil, fmt.Errorf("decode: %s", nameFields(&root, err.Error()))
+	}
+	if err := wholeNumbers(&root, reflect.TypeOf(c)); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {

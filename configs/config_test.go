@@ -80,6 +80,11 @@ func TestParseRejects(t *testing.T) {
 		{"unknown backend field", "models:\n  - name: m\n    backends:\n      - url: http://a:1\n        urls: x\n", []string{"field urls not found"}},
 		{"wrong type", "max_body_bytes: lots\n" + minimal, []string{"max_body_bytes", "lots"}},
 		{"bad duration", "upstream:\n  dial_timeout: soon\n" + minimal, []string{"soon"}},
+		// The decoder truncated these silently: 0.5 requests a minute was no limit.
+		{"a fraction for an integer", "max_body_bytes: 1.5\n" + minimal, []string{"line 1 (max_body_bytes): must be a whole number, got 1.5"}},
+		{"a fraction for a backend's weight", "models:\n  - name: m\n    backends:\n      - url: http://a:1\n        weight: 2.7\n", []string{"models[0].backends[0].weight", "2.7"}},
+		{"a fraction for a tier's limit", "tiers:\n  - name: free\n    requests_per_minute: 0.5\n" + minimal, []string{"tiers[0].requests_per_minute", "0.5"}},
+		{"a fraction in a map of integers", "batch:\n  queued_tokens: {free: 1.5}\n" + minimal, []string{"batch.queued_tokens.free", "1.5"}},
 		{"no models", "listen: 127.0.0.1:1\n", []string{"models: at least one model"}},
 		{"bad listen", "listen: nowhere\n" + minimal, []string{"listen: want host:port"}},
 		{"negative body", "max_body_bytes: -1\n" + minimal, []string{"max_body_bytes: must be positive"}},

@@ -104,6 +104,12 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 						Message: "environment variable " + b.APIKeyEnv + " is empty or not set"})
 				}
 			}
+			if prev, ok := keys[e]; ok && prev != key {
+				// One backend, one key: the last one listed was sent for
+				// every model on it.
+				errs = append(errs, &configs.FieldError{Field: fmt.Sprintf("%s.backends[%d].api_key", p, j),
+					Message: "differs from the key another model gives the same backend: a backend has one api_key"})
+			}
 			keys[e] = key
 			w := max(b.Weight, 1)
 			field := fmt.Sprintf("%s.backends[%d].weight", p, j)

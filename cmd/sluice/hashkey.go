@@ -25,6 +25,9 @@ func hashKey(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	generate := fs.Bool("generate", false, "make a new random key and print it, then its hash")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // asked for
+		}
 		return 2
 	}
 	if fs.NArg() > 1 || (*generate && fs.NArg() > 0) {
@@ -43,7 +46,7 @@ func hashKey(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, key)
 		fmt.Fprintln(stderr, "sluice hash-key: give the key (first line) to the tenant; put the sha256 line in its api_keys")
 	case fs.NArg() == 1:
-		key = fs.Arg(0)
+		key = strings.TrimSpace(fs.Arg(0)) // as the server reads a key, and stdin's
 	default:
 		k, err := readKey(stdin)
 		if err != nil {

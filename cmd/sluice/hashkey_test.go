@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"strings"
 	"testing"
 
@@ -88,4 +89,31 @@ func TestHashKeyUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, 0, run([]string{"help"}, &out, &errOut))
 	assert.Contains(t, out.String(), "sluice hash-key")
+}
+
+// TestCommandLineArguments: --help is asked for (exit 0), a stray word
+// is refused (it made the flag package drop every flag after it: serve
+// listened on the file's address, not --listen's), and a key given as an
+// argument is trimmed as the server trims the keys it reads.
+func TestCommandLineArguments(t *testing.T) {
+	path := writeConfig(t, "models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n")
+	for _, tt := range []struct {
+		args []string
+		want int
+		err  string
+	}{
+		{[]string{"serve", "--help"}, 0, "-config"},
+		{[]string{"validate", "--help"}, 0, "-config"},
+		{[]string{"hash-key", "--help"}, 0, "-generate"},
+		{[]string{"serve", "--config", path, "oops", "--listen", "127.0.0.1:0"}, 2, `unexpected argument "oops"`},
+		{[]string{"validate", "--config", path, "extra"}, 2, `unexpected argument "extra"`},
+	} {
+		var out, errOut bytes.Buffer
+		assert.Equal(t, tt.want, run(tt.args, &out, &errOut), "%v", tt.args)
+		assert.Contains(t, errOut.String(), tt.err, "%v", tt.args)
+	}
+	var spaced, plain bytes.Buffer
+	require.Equal(t, 0, hashKey([]string{" sk-demo-free\n"}, strings.NewReader(""), &spaced, io.Discard))
+	require.Equal(t, 0, hashKey([]string{"sk-demo-free"}, strings.NewReader(""), &plain, io.Discard))
+	assert.Equal(t, plain.String(), spaced.String())
 }

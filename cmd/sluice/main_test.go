@@ -74,6 +74,19 @@ models:
       - url: http://127.0.0.1:1/
         weight: 3
 `, 1, []string{"models[1].backends[0].weight: 3, but models[0].backends[0].weight is 1 for the same backend"}},
+		{"one backend, two keys", `
+models:
+  - name: a
+    backends:
+      - url: http://127.0.0.1:1
+        api_key: key-for-a
+  - name: b
+    backends:
+      - url: http://127.0.0.1:1
+        api_key: key-for-b
+`, 1, []string{"models[1].backends[0].api_key: differs from the key another model gives the same backend"}},
+		{"a fraction for an integer", "models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n        weight: 2.7\n",
+			1, []string{"models[0].backends[0].weight", "whole number"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -39,8 +39,12 @@ type runtime struct {
 	shared  *sharedAdmission
 	changes *changeMetrics  // nil: none counted
 	started *configs.Config // settings read only at start
-	current *configs.Config // what serves now
-	edited  bool            // current holds admin API changes the file may not have
+	// override, when set, applies the command line's settings (--listen,
+	// --redis-url) to every config read, so that the running config shows
+	// them and a reload does not take the file's for a change.
+	override func(*configs.Config)
+	current  *configs.Config // what serves now
+	edited   bool            // current holds admin API changes the file may not have
 }
 
 var (
@@ -56,6 +60,9 @@ func (r *runtime) Reload() error {
 		r.log.Error("config reload failed; keeping the running config", "path", r.path, "err", err)
 		r.changes.count("reload", false)
 		return err
+	}
+	if r.override != nil {
+		r.override(cfg)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -84,7 +91,13 @@ func (r *runtime) applyLocked(cfg *configs.Config, done, failed string, attrs ..
 		r.log.Error(failed+"; keeping the running config", append(attrs, "path", r.path, "err", err)...)
 		return err
 	}
-	t, endpoints, err := buildTable(cfg, r.reg, r.eps, r.shared, &serving{cfg: r.current, table: r.rt.Table()})
+	// upstream takes effect on restart: its response_header_timeout, the
+	// routes' default first-byte timeout, is the started one's (a reload
+	// of 1s applied it to models rebuilt then, and reverting it left them
+	// with it, while the log and /admin/config said "running as started").
+	build := *cfg
+	build.Upstream = r.started.Upstream
+	t, endpoints, err := buildTable(&build, r.reg, r.eps, r.shared, &serving{cfg: r.current, table: r.rt.Table()})
 	var dir *auth.Directory
 	if err == nil {
 		dir, err = buildTenants(cfg)

@@ -42,6 +42,15 @@ func serve(args []string, stderr io.Writer) int {
 	redisURL := fs.String("redis-url", os.Getenv("SLUICE_REDIS_URL"),
 		"Redis for limits shared across replicas; overrides limits.redis_url (default $SLUICE_REDIS_URL)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // asked for
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		// The flag package stops at the first argument that is not a
+		// flag: a stray word silently dropped every flag after it.
+		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	if *path == "" {
@@ -92,6 +101,18 @@ type serverOptions struct {
 	ready chan<- string
 }
 
+// override applies the command line's settings to a config read from the
+// file: /admin/config showed the file's listen and redis_url where --listen
+// and --redis-url (or SLUICE_REDIS_URL) ran others.
+func (o serverOptions) override(c *configs.Config) {
+	if o.listen != "" {
+		c.Listen = o.listen
+	}
+	if o.redisURL != "" {
+		c.Limits.RedisURL = o.redisURL
+	}
+}
+
 // runServer builds the router from the config and serves until ctx ends.
 func runServer(ctx context.Context, o serverOptions) error {
 	// go-redis logs through a logger of its own, process-wide, in plain
@@ -104,6 +125,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if err != nil {
 		return err
 	}
+	o.override(cfg)
 	reg, err := newPolicyRegistry()
 	if err != nil {
 		return err
@@ -238,11 +260,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		}()
 	}
 
-	addr := cfg.Listen
-	if o.listen != "" {
-		addr = o.listen
-	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -284,7 +302,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		defer func() { stopWatch(); watching.Wait() }()
 	}
 	live := &runtime{path: o.path, log: o.log, reg: reg, eps: eps, rt: rt, scraper: scraper, shared: shared,
-		started: cfg, current: cfg, changes: newChangeMetrics()}
+		started: cfg, current: cfg, changes: newChangeMetrics(), override: o.override}
 	if err := live.changes.register(metrics); err != nil {
 		return err
 	}

@@ -17,6 +17,15 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "config file to check (required)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // asked for
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		// The flag package stops at the first argument that is not a
+		// flag: a stray word silently dropped every flag after it.
+		fmt.Fprintf(stderr, "sluice validate: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	if *path == "" {
