@@ -231,6 +231,9 @@ func (a *Attempt) Finish(o Outcome) {
 		return
 	}
 	a.finished = true
+	if o.Class.BackendFault() {
+		a.ep.failures.Add(1)
+	}
 	if o.Class.Measured() {
 		a.ep.ObserveDecode(o.DecodeTokens, o.Decode)
 	}

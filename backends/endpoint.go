@@ -99,7 +99,8 @@ func (e *Endpoint) InFlight() int64 { return e.inFlight.Load() }
 // Requests is the number of attempts this replica has sent to the endpoint.
 func (e *Endpoint) Requests() uint64 { return e.requests.Load() }
 
-// Failures is the number of attempts that failed before a response arrived.
+// Failures is the number of attempts that ended in a backend fault
+// (ErrorClass.BackendFault): unreachable, timed out, a 5xx, broken off.
 func (e *Endpoint) Failures() uint64 { return e.failures.Load() }
 
 // Begin records the start of an attempt expected to cost tokens (prompt
@@ -155,11 +156,11 @@ func (e *Endpoint) AvailableAt() time.Time {
 	return time.Unix(0, d)
 }
 
-// MarkFailed records a failure to reach the endpoint and holds it out of
-// routing until now+cooldown. It reports whether this call took the endpoint
-// out (so a log line or metric fires once per transition).
+// MarkFailed holds the endpoint, which could not be reached, out of
+// routing until now+cooldown (its attempt counts in Failures as it
+// finishes). It reports whether this call took the endpoint out (so a log
+// line or metric fires once per transition).
 func (e *Endpoint) MarkFailed(now time.Time, cooldown time.Duration) bool {
-	e.failures.Add(1)
 	return e.HoldOut(now, cooldown)
 }
 

@@ -49,6 +49,7 @@ func TestBackendErrorIsRelayed(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 	assert.Contains(t, scrape(t, s), `sluice_upstream_attempts_total{backend="`+w.srv.URL+`",outcome="upstream_5xx"} 1`,
 		"a 5xx answer is the backend's failure, not an ok attempt")
+	assert.EqualValues(t, 1, s.endpoints[w.srv.URL].Failures(), "and counts in the status page's failures")
 }
 
 func TestBackendDyingMidStreamAbortsTheClient(t *testing.T) {

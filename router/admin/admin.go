@@ -29,7 +29,10 @@ type Backend struct {
 	TTFTMillis   float64  `json:"ttft_ms"`
 	TokensPerSec float64  `json:"tokens_per_sec"`
 	// Requests counts the attempts this replica sent the backend,
-	// Failures those that failed before a response arrived.
+	// Failures those that failed by the backend's fault: unreachable, no
+	// answer in time, a 5xx, or an answer broken off (what its breaker
+	// counts; until 2026-12-05 only the first, so a backend whose breaker
+	// had opened on 5xx answers showed none).
 	Requests uint64 `json:"requests_total"`
 	Failures uint64 `json:"failures_total"`
 	// Removed marks a backend no model serves any more that still has
