@@ -132,6 +132,8 @@ models:
 		{"two documents", minimal + "---\n" + minimal, []string{"more than one YAML document"}},
 		{"one backend spelled twice", "models:\n  - name: m\n    backends:\n      - url: http://a:1\n      - url: HTTP://A:1/\n",
 			[]string{`models[0].backends[1].url: "HTTP://A:1/" is already listed as backends[0]`}},
+		{"an SDK's base url", "models:\n  - name: m\n    backends:\n      - url: http://a:1/v1/\n",
+			[]string{`models[0].backends[0].url: ends in /v1 in "http://a:1/v1/": give the server's base URL`, "e.g. http://a:1"}},
 		{"credentials in a url", "models:\n  - name: m\n    backends:\n      - url: http://u:secret@a:1\n",
 			[]string{`models[0].backends[0].url: must not carry credentials (user:password@) in "http://u:xxxxx@a:1": set the backend's api_key`}},
 	}

@@ -240,6 +240,11 @@ func checkURL(s string) string {
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Sprintf("must not carry a query or fragment: %q", s)
 	}
+	if strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1") {
+		// As an OpenAI SDK's base URL is written: every request went to
+		// /v1/v1/... and got the server's 404.
+		return fmt.Sprintf("ends in /v1 in %q: give the server's base URL (Sluice sends each request's own /v1/... path), e.g. %s://%s", s, u.Scheme, u.Host)
+	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return fmt.Sprintf("port %s is out of range 1-65535 in %q", p, s)

@@ -189,6 +189,12 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code == exitOK && res.Interrupted {
 		code = exitInterrupted
 	}
+	if code == exitOK && rep.Completed == 0 && rep.Failed > 0 {
+		// Nothing measured (a wrong key: every request a 401): a script
+		// must not take the report for a result.
+		fmt.Fprintf(stderr, "sluice-bench load: all %d requests failed\n", rep.Failed)
+		code = exitError
+	}
 	return code
 }
 

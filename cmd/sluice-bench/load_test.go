@@ -318,3 +318,18 @@ func readOutcomes(t *testing.T, path string) (rows [][]string, col map[string]in
 	}
 	return rows, col, num
 }
+
+// TestLoadFailsWhenEveryRequestFails: a run in which nothing succeeded (a
+// wrong key: every answer a 401) exits 1, so that a script does not take
+// its report for a measurement (it exited 0).
+func TestLoadFailsWhenEveryRequestFails(t *testing.T) {
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`)
+	}))
+	t.Cleanup(refuse.Close)
+	code, _, stderr := runCLI(t, "load", "--target", refuse.URL, "--model", "m", "--rate", "200", "--requests", "5", "--duration", "10s")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, stderr, "sluice-bench load: all 5 requests failed")
+}

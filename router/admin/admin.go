@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -86,7 +87,16 @@ func Handler(rt Runtime, token string, status *Monitor) http.Handler {
 	root.NotFound(auth(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fail(w, http.StatusNotFound, "no such admin route")
 	})).ServeHTTP)
-	root.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+	root.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		// A handler of one's own loses chi's Allow header: name the
+		// methods the route takes, as HTTP asks of a 405.
+		var allow []string
+		for _, m := range [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete} {
+			if m == http.MethodHead && slices.Contains(allow, http.MethodGet) || root.Match(chi.NewRouteContext(), m, req.URL.Path) {
+				allow = append(allow, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
 		fail(w, http.StatusMethodNotAllowed, "method not allowed on this admin route")
 	})
 	if status != nil {

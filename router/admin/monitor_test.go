@@ -220,6 +220,9 @@ func TestStatusPageAndData(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(b), &e), "%s %s", tt.method, tt.path)
 		assert.Equal(t, tt.code, res.StatusCode)
+		if tt.code == http.StatusMethodNotAllowed {
+			assert.Equal(t, "GET, HEAD", res.Header.Get("Allow"), "a 405 names the methods the route takes")
+		}
 		assert.Equal(t, tt.errCode, e.Error.Code)
 		assert.Equal(t, "invalid_request_error", e.Error.Type)
 		assert.NotEmpty(t, e.Error.Message)
