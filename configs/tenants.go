@@ -303,7 +303,7 @@ func (c *Config) validateTenants(bad func(field, format string, args ...any)) {
 		q := t.Quota
 		for _, f := range quotaFields(&q, nil) {
 			if *f.dst < 0 {
-				bad(p+"."+f.name, "must not be negative (0 is unlimited), got %d", *f.dst)
+				bad(p+"."+f.name, "must not be negative (%s), got %d", zeroMeans(f.name), *f.dst)
 			}
 		}
 		checkBursts(&q, func(string) bool { return true }, p, bad)
@@ -405,7 +405,7 @@ func checkOverrides(tier *Tier, o *Overrides, p string, bad func(field, format s
 		}
 		set[f.name] = true
 		if *f.over < 0 {
-			bad(p+"."+f.name, "must not be negative (0 is unlimited), got %d", *f.over)
+			bad(p+"."+f.name, "must not be negative (%s), got %d", zeroMeans(f.name), *f.over)
 		}
 	}
 	if tier == nil {
@@ -497,4 +497,13 @@ func nameOf(s, allowed string) bool {
 		}
 	}
 	return true
+}
+
+// zeroMeans says what 0 means for a quota field: no limit, except for a
+// burst, where it is one minute's worth of the rate.
+func zeroMeans(field string) string {
+	if strings.HasSuffix(field, "_burst") {
+		return "0 is one minute's worth of the rate"
+	}
+	return "0 is unlimited"
 }

@@ -208,6 +208,7 @@ func TestTenantsReject(t *testing.T) {
 		{"burst without rate", "tiers:\n  - name: free\n    input_tokens_burst: 100\n", "tiers[0].input_tokens_burst", "set without input_tokens_per_minute"},
 		{"negative rate", "tiers:\n  - name: free\n    concurrent_requests: -1\n", "tiers[0].concurrent_requests", "must not be negative"},
 		{"negative default_max_tokens", "tiers:\n  - name: free\n    default_max_tokens: -5\n", "tiers[0].default_max_tokens", "must be positive"},
+		{"negative burst", "tiers:\n  - name: free\n    requests_burst: -1\n", "tiers[0].requests_burst", "0 is one minute's worth of the rate"},
 		{"default_max_tokens above the output burst", "tiers:\n  - name: free\n    output_tokens_per_minute: 500\n", "tiers[0].default_max_tokens", "above output_tokens_burst (500)"},
 		{"model not served", tier + "    models: [llama-3-8b, gpt-5]\n", "tiers[0].models[1]", `"gpt-5" is not one of the config's models`},
 		{"override burst without rate", "tiers:\n  - name: free\n    concurrent_requests: 2\ntenants:\n" + ok + "    overrides:\n      requests_burst: 5\n",
