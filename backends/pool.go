@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -59,13 +60,18 @@ func (p *Pool) Available(dst []*Endpoint, now time.Time) []*Endpoint {
 // Registry keeps one Endpoint per address across reloads, so an endpoint's
 // counters and health survive a config change that keeps it.
 type Registry struct {
+	mu       sync.RWMutex // the metrics read it while a reload adds to it
 	byAddr   map[string]*Endpoint
 	breakers *BreakerSettings
 }
 
 // SetBreakers gives every endpoint the registry makes from now on a circuit
 // breaker with s.
-func (r *Registry) SetBreakers(s BreakerSettings) { r.breakers = &s }
+func (r *Registry) SetBreakers(s BreakerSettings) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.breakers = &s
+}
 
 // NewRegistry returns an empty endpoint registry.
 func NewRegistry() *Registry { return &Registry{byAddr: map[string]*Endpoint{}} }
@@ -76,6 +82,8 @@ func (r *Registry) Lookup(rawURL string) (*Endpoint, bool) {
 	if err != nil {
 		return nil, false
 	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	old, ok := r.byAddr[e.Address()]
 	return old, ok
 }
@@ -84,6 +92,8 @@ func (r *Registry) Lookup(rawURL string) (*Endpoint, bool) {
 // reload removed included (their requests in flight finish there), by
 // address.
 func (r *Registry) Endpoints() []*Endpoint {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	out := make([]*Endpoint, 0, len(r.byAddr))
 	for _, e := range r.byAddr {
 		out = append(out, e)
@@ -102,6 +112,8 @@ func (r *Registry) Get(rawURL string, weight int) (*Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if old, ok := r.byAddr[e.Address()]; ok {
 		return old, nil
 	}

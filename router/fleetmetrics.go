@@ -120,4 +120,15 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	if c.rt.endpoints == nil {
+		return
+	}
+	// Backends a change removed, while their requests finish (the series
+	// went at once, though /admin/backends listed them in flight).
+	for _, e := range c.rt.endpoints.Endpoints() {
+		if addr := e.Address(); !seen[addr] && e.InFlight() > 0 {
+			ch <- prometheus.MustNewConstMetric(c.inFlight, gauge, float64(e.InFlight()), addr)
+			ch <- prometheus.MustNewConstMetric(c.pending, gauge, float64(e.PendingPromptTokens()), addr)
+		}
+	}
 }

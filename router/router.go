@@ -118,6 +118,10 @@ type Options struct {
 	// Metrics is where the router registers its collectors, served on
 	// /metrics. Default: a new private registry.
 	Metrics *prometheus.Registry
+	// Endpoints, when set, holds every backend the tables were built
+	// from: one a reload removed keeps its in-flight series in the
+	// metrics until its requests end. Default: the table's backends only.
+	Endpoints *backends.Registry
 	// TracerProvider for request spans. Default: no-op.
 	TracerProvider trace.TracerProvider
 	// SessionHeader names the request header whose value identifies a
@@ -170,6 +174,7 @@ type Router struct {
 	requestLog   *slog.Logger
 	metrics      *metrics
 	registry     *prometheus.Registry
+	endpoints    *backends.Registry // nil: none beyond the table's
 	tracer       trace.TracerProvider
 	attempts     trace.Tracer
 	now          func() time.Time
@@ -253,6 +258,7 @@ func New(o Options) (*Router, error) {
 		requestLog:   o.RequestLog,
 		metrics:      m,
 		registry:     o.Metrics,
+		endpoints:    o.Endpoints,
 		tracer:       o.TracerProvider,
 		attempts:     o.TracerProvider.Tracer("github.com/sluice-llm/sluice/router"),
 		now:          o.Now,

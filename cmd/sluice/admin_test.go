@@ -148,6 +148,11 @@ func TestAdminAPI(t *testing.T) {
 	require.NotNil(t, removed, "the removed backend is listed while its request runs")
 	assert.Equal(t, true, removed["removed"])
 	assert.EqualValues(t, 1, removed["in_flight"])
+	mres, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	page, _ := io.ReadAll(mres.Body)
+	mres.Body.Close()
+	assert.Contains(t, string(page), `sluice_upstream_in_flight_requests{backend="`+slow+`"} 1`, "and its in-flight series stays")
 	assert.Equal(t, false, removed["in_routing"])
 	require.NoError(t, stream.Close())
 	assert.Eventually(t, func() bool {

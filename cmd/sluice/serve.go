@@ -226,6 +226,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 	}
 	ropts.TracerProvider = tp
 	ropts.Metrics = metrics
+	ropts.Endpoints = eps
 	ropts.Transport = proxy.NewTransport(proxy.TransportOptions{
 		DialTimeout:           cfg.Upstream.DialTimeout.Std(),
 		ResponseHeaderTimeout: -1, // each model's first_byte bounds its attempts (router.Route), so a reload changes it
