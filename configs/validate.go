@@ -67,12 +67,23 @@ func (c *Config) Validate() error {
 	if u.StreamIdleTimeout < 0 {
 		bad("upstream.stream_idle_timeout", "must be positive, got %s", u.StreamIdleTimeout.Std())
 	}
-	if br := u.Breaker; br.ConsecutiveFailures < 1 || br.MinRequests < 1 || br.Probes < 1 {
-		bad("upstream.breaker", "consecutive_failures, min_requests and probes must be at least 1")
-	} else if br.FailureRatio <= 0 || br.FailureRatio > 1 {
+	br := u.Breaker // each field on its own, all of them at once
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"consecutive_failures", br.ConsecutiveFailures}, {"min_requests", br.MinRequests}, {"probes", br.Probes}} {
+		if f.v < 1 {
+			bad("upstream.breaker."+f.name, "must be at least 1, got %d", f.v)
+		}
+	}
+	if br.FailureRatio <= 0 || br.FailureRatio > 1 {
 		bad("upstream.breaker.failure_ratio", "must be in (0, 1], got %g", br.FailureRatio)
-	} else if br.Window <= 0 || br.OpenFor <= 0 {
-		bad("upstream.breaker", "window and open_for must be positive")
+	}
+	if br.Window <= 0 {
+		bad("upstream.breaker.window", "must be positive, got %s", br.Window.Std())
+	}
+	if br.OpenFor <= 0 {
+		bad("upstream.breaker.open_for", "must be positive, got %s", br.OpenFor.Std())
 	}
 	if !headerName(c.SessionHeader) {
 		bad("session_header", "want an HTTP header name, got %q", c.SessionHeader)
