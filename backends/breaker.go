@@ -92,23 +92,69 @@ func newBreaker(e *Endpoint, s BreakerSettings) *Breaker {
 }
 
 // Allow asks whether an attempt may go to the endpoint now; when it may,
-// call done with the attempt's class when it ends. It refuses while the
-// breaker is open, and beyond the probes while it is half-open.
-func (b *Breaker) Allow() (done func(ErrorClass), ok bool) {
+// tell the Pass when the answer starts and how the attempt ended. It
+// refuses while the breaker is open, and beyond the probes while it is
+// half-open.
+func (b *Breaker) Allow() (*Pass, bool) {
+	if b.cb.State() == gobreaker.StateClosed {
+		// Closed: the result is counted when it is known. Taken at the
+		// start, gobreaker drops the result of an attempt that outlives
+		// its window: twelve 12 s first-byte timeouts under the 10 s
+		// window never tripped it.
+		return &Pass{b: b}, true
+	}
 	d, err := b.cb.Allow()
 	if err != nil {
 		return nil, false
 	}
-	return func(c ErrorClass) {
-		switch {
-		case c == ClassOK:
-			d(nil)
-		case c.BackendFault():
-			d(errFault)
-		default:
-			d(errIgnored)
-		}
-	}, true
+	return &Pass{b: b, probe: d}, true
+}
+
+// Pass is one attempt's leave from the breaker.
+type Pass struct {
+	b     *Breaker
+	probe func(error) // a half-open probe's result, until it is given
+}
+
+// Answered: the attempt's answer has begun (its success status came). A
+// probe has shown the backend serves, and the breaker may close now rather
+// than when the answer ends (a 20 s stream held a recovered backend to
+// one request in flight that long).
+func (p *Pass) Answered() {
+	if p.probe != nil {
+		p.probe(nil)
+		p.probe = nil
+	}
+}
+
+// Done records how the attempt ended (a probe not yet answered, its
+// result).
+func (p *Pass) Done(c ErrorClass) {
+	if p.probe != nil {
+		p.probe(breakerErr(c))
+		p.probe = nil
+		return
+	}
+	if c == ClassOK && p.b.cb.State() != gobreaker.StateClosed {
+		return // an answer that began while the breaker was not closed counted already
+	}
+	d, err := p.b.cb.Allow() // counted now, in the breaker's present window
+	if err != nil {
+		return // open (or probing) meanwhile: nothing to add
+	}
+	d(breakerErr(c))
+}
+
+// breakerErr is what gobreaker is told of an attempt of class c.
+func breakerErr(c ErrorClass) error {
+	switch {
+	case c == ClassOK:
+		return nil
+	case c.BackendFault():
+		return errFault
+	default:
+		return errIgnored
+	}
 }
 
 // State is "closed", "open" or "half-open".

@@ -333,10 +333,10 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		if ep == nil {
 			break
 		}
-		var done func(backends.ErrorClass)
+		var pass *backends.Pass
 		if b := ep.Breaker(); b != nil {
 			var ok bool
-			if done, ok = b.Allow(); !ok { // open, or half-open with its probes out
+			if pass, ok = b.Allow(); !ok { // open, or half-open with its probes out
 				tried = append(tried, ep)
 				retryReason = "breaker_open"
 				continue
@@ -366,7 +366,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 				}
 			}
 		}
-		aerr := rt.attempt(w, r, ep, preq, at, strip, out, done, ticket, attempt+1, retryReason)
+		aerr := rt.attempt(w, r, ep, preq, at, strip, out, pass, ticket, attempt+1, retryReason)
 		if aerr == nil {
 			return nil
 		}
@@ -403,7 +403,7 @@ const batchFirstByteFactor = 10
 // attempt sends one request to ep as at says, leaves its outcome in out
 // and returns the error when nothing was relayed to the client.
 //
-// breakerDone, when set, is told how the attempt ended; ticket, when
+// pass, when set, is the breaker's: told when the answer begins and how the attempt ended; ticket, when
 // admission bound the request, is told when the attempt starts and when a
 // stream's first token arrives (its prefill bounds count both).
 //
@@ -412,7 +412,7 @@ const batchFirstByteFactor = 10
 //
 // n numbers the attempt from 1, and retryReason says why the one before
 // did not answer; both are for its span.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, at proxy.Attempt, strip bool, out *backends.Outcome, breakerDone func(backends.ErrorClass), ticket *admission.Ticket, n int, retryReason string) (err error) {
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, at proxy.Attempt, strip bool, out *backends.Outcome, pass *backends.Pass, ticket *admission.Ticket, n int, retryReason string) (err error) {
 	reqSpan := trace.SpanFromContext(r.Context())
 	ctx, span := rt.startSpan(r.Context(), "upstream", trace.SpanKindClient)
 	if span.IsRecording() {
@@ -438,6 +438,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	mw.OnFirstByte = func() {
 		now := rt.now()
 		ep.MarkAnswered(now) // alive, whatever its scrapes say
+		if pass != nil {
+			pass.Answered() // a probe has shown enough
+		}
 		if preq.Stream {
 			att.FirstToken(now.Sub(start))
 		} else {
@@ -459,8 +462,8 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 		if err == nil { // relayed (or broken off mid-stream): the request's answer
 			traceAnswer(reqSpan, out)
 		}
-		if breakerDone != nil {
-			breakerDone(out.Class)
+		if pass != nil {
+			pass.Done(out.Class)
 		}
 		if whole > 0 && out.Class == backends.ClassOK {
 			att.WholeAnswer(whole, int64(out.CompletionTokens))
