@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -91,6 +92,9 @@ func (e *modelNotFoundError) Error() string { return "model not found: " + e.mod
 type upstreamError struct {
 	class backends.ErrorClass
 	err   error
+	// retryAfter, for a backend's 502, 503 or 429 answered as busy, is the
+	// wait it asked for.
+	retryAfter time.Duration
 }
 
 func (e *upstreamError) Error() string {
@@ -191,9 +195,9 @@ func errorFor(err error) *APIError {
 		case backends.ClassLocal: // out of file descriptors: shed until some close
 			return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_overloaded",
 				Message: "The server is at its connection limit; please retry.", RetryAfter: time.Second}
-		case backends.ClassUpstream4xx: // a backend's 429, turned back with no retry left
+		case backends.ClassUpstream4xx: // a backend's 429 (or 503) turned back, with no retry left or nowhere else to go
 			return &APIError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_overloaded",
-				Message: "The backends are busy; please retry.", RetryAfter: time.Second}
+				Message: "The backends are busy; please retry.", RetryAfter: cmp.Or(upstream.retryAfter, time.Second)}
 		}
 		return &APIError{Status: http.StatusBadGateway, Type: typeServer, Code: "upstream_error",
 			Message: "The backend failed to answer."}

@@ -292,3 +292,31 @@ func TestTotalTimeoutPerModel(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "the request's own deadline is not the backend's failure")
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// TestABusyAnswerIsKeptWhenTheRetryHasNowhereToGo: a backend's 503 is
+// turned back for a retry, and the retry's backend cannot be reached: the
+// client hears the first backend's answer, busy with its Retry-After, not
+// 502 "could not be reached".
+func TestABusyAnswerIsKeptWhenTheRetryHasNowhereToGo(t *testing.T) {
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Retry-After", "7")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error":{"message":"overloaded","type":"server_error","code":null}}`)
+	}))
+	t.Cleanup(busy.Close)
+	dead := deadURL(t)
+	s := startSluice(t, router.Options{Retries: 1, Cooldown: time.Nanosecond},
+		routeSpec{model: model, policy: roundrobin.Name, urls: []string{busy.URL, dead}})
+	for i := range 4 { // round robin: either backend first
+		res, err := http.Post(s.srv.URL+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "request %d", i)
+		assert.Equal(t, "7", res.Header.Get("Retry-After"), "request %d", i)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}

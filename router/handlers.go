@@ -291,6 +291,25 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 	}
 	var tried []*backends.Endpoint
 	retryReason := "" // why the attempt before did not answer
+	// When the retries find nowhere to go, the client hears what the
+	// backends said, not "could not be reached" (a 503 with its
+	// Retry-After, or a first-byte timeout, became 502 upstream_unavailable):
+	// busy is a 502, 503 or 429 turned back for a retry, last the latest
+	// failed attempt.
+	var busy, last *upstreamError
+	failed := func(e *upstreamError) error {
+		if e == nil || e.class == backends.ClassUnreachable {
+			switch {
+			case busy != nil:
+				return busy
+			case e == nil && last != nil:
+				return last
+			case e == nil:
+				return &upstreamError{class: backends.ClassUnreachable}
+			}
+		}
+		return e
+	}
 	rt.retryBudget.deposit()
 	for attempt := 0; attempt <= rt.retries; attempt++ {
 		now := rt.now()
@@ -311,7 +330,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 				case r.Context().Err() != nil:
 					return &upstreamError{class: backends.ClassClientGone}
 				}
-				return &upstreamError{class: backends.ClassUnreachable}
+				return failed(nil)
 			}
 			ep = ticket.Endpoint()
 		default:
@@ -375,7 +394,11 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 				"cooldown", rt.cooldown, "err", aerr)
 		}
 		if !retryable(aerr) || !canRetry {
-			return &upstreamError{class: out.Class, err: aerr}
+			return failed(&upstreamError{class: out.Class, err: aerr})
+		}
+		last = &upstreamError{class: out.Class, err: aerr}
+		if ae := (*proxy.AttemptError)(nil); errors.As(aerr, &ae) && ae.Outcome == proxy.TurnedBack {
+			busy = &upstreamError{class: backends.ClassUpstream4xx, err: aerr, retryAfter: ae.RetryAfter}
 		}
 		rt.retryBudget.take()
 		rt.metrics.retries.WithLabelValues(out.Class.String()).Inc()
@@ -383,7 +406,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		retryReason = out.Class.String()
 	}
 	if len(tried) > 0 {
-		return &upstreamError{class: backends.ClassUnreachable}
+		return failed(nil)
 	}
 	return &noBackendError{retryAfter: rt.soonestBack(rte.Pool)}
 }

@@ -43,8 +43,12 @@ const (
 	LocalLimit
 )
 
-// turnedBack is a 502, 503 or 429 answer Forward did not relay.
-type turnedBack struct{ status int }
+// turnedBack is a 502, 503 or 429 answer Forward did not relay, with the
+// wait its Retry-After asked for (0: none, or not in seconds).
+type turnedBack struct {
+	status     int
+	retryAfter time.Duration
+}
 
 func (e *turnedBack) Error() string { return "backend answered " + strconv.Itoa(e.status) }
 
@@ -52,9 +56,11 @@ func (e *turnedBack) Error() string { return "backend answered " + strconv.Itoa(
 // the client.
 type AttemptError struct {
 	Outcome Outcome
-	// Status is the backend's status for TurnedBack, else 0.
-	Status int
-	Err    error
+	// Status is the backend's status for TurnedBack, else 0, and
+	// RetryAfter the wait its Retry-After header asked for.
+	Status     int
+	RetryAfter time.Duration
+	Err        error
 }
 
 func (e *AttemptError) Error() string { return fmt.Sprintf("upstream attempt: %v", e.Err) }
@@ -245,7 +251,7 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, at Attempt) erro
 	}
 	var tb *turnedBack
 	if errors.As(a.err, &tb) {
-		return &AttemptError{Outcome: TurnedBack, Status: tb.status, Err: a.err}
+		return &AttemptError{Outcome: TurnedBack, Status: tb.status, RetryAfter: tb.retryAfter, Err: a.err}
 	}
 	return &AttemptError{Outcome: classify(r.Context(), a.err), Err: a.err}
 }
@@ -312,7 +318,11 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	a.fb.headers()
 	if a.TurnBack && (res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable ||
 		res.StatusCode == http.StatusTooManyRequests) {
-		return &turnedBack{status: res.StatusCode}
+		tb := &turnedBack{status: res.StatusCode}
+		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s > 0 {
+			tb.retryAfter = time.Duration(min(s, 3600)) * time.Second
+		}
+		return tb
 	}
 	for k := range res.Header {
 		// The router owns the request ID; a backend's own must not duplicate it.
