@@ -391,7 +391,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		}
 		if out.Class == backends.ClassUnreachable && ep.MarkFailed(now, rt.cooldown) {
 			rt.log.Warn("backend unreachable; holding it out", "backend", ep.Address(),
-				"cooldown", rt.cooldown, "err", aerr)
+				"cooldown", rt.cooldown.String(), "err", aerr)
 		}
 		if !retryable(aerr) || !canRetry {
 			return failed(&upstreamError{class: out.Class, err: aerr})
