@@ -320,3 +320,30 @@ func TestABusyAnswerIsKeptWhenTheRetryHasNowhereToGo(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// TestATimeoutIsKeptWhenTheRetryFindsNoOne: a backend that times out,
+// then a retry on one that refuses the connection: the client gets the
+// timeout's 504, whichever order round robin takes them in (one order
+// gave 502 upstream_unavailable).
+func TestATimeoutIsKeptWhenTheRetryFindsNoOne(t *testing.T) {
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	t.Cleanup(slow.Close)
+	dead := deadURL(t)
+	s := startSluice(t, router.Options{Retries: 1, Cooldown: time.Nanosecond},
+		routeSpec{model: model, policy: roundrobin.Name, urls: []string{slow.URL, dead}, firstByte: 100 * time.Millisecond})
+	for i := range 4 { // round robin: either backend first
+		res, err := http.Post(s.srv.URL+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		assert.Equal(t, "upstream_timeout", decodeError(t, res).Code, "request %d", i)
+		res.Body.Close()
+		assert.Equal(t, http.StatusGatewayTimeout, res.StatusCode, "request %d", i)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}

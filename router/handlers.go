@@ -295,13 +295,16 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 	// backends said, not "could not be reached" (a 503 with its
 	// Retry-After, or a first-byte timeout, became 502 upstream_unavailable):
 	// busy is a 502, 503 or 429 turned back for a retry, last the latest
-	// failed attempt.
+	// failed attempt (a timeout followed by a refused connection answers
+	// the timeout's 504).
 	var busy, last *upstreamError
 	failed := func(e *upstreamError) error {
 		if e == nil || e.class == backends.ClassUnreachable {
 			switch {
 			case busy != nil:
 				return busy
+			case last != nil && last.class != backends.ClassUnreachable: // one reached says more than one not
+				return last
 			case e == nil && last != nil:
 				return last
 			case e == nil:
