@@ -29,14 +29,7 @@ func TestAdminAPI(t *testing.T) {
 		done <- runServer(ctx, serverOptions{path: path, drain: time.Second, ready: ready, log: slog.New(slog.NewTextHandler(&logs, nil))})
 	}()
 	addr := <-ready
-	var adminAddr string
-	require.Eventually(t, func() bool {
-		m := regexp.MustCompile(`admin API listening" addr=(\S+)`).FindStringSubmatch(logs.String())
-		if m != nil {
-			adminAddr = m[1]
-		}
-		return m != nil
-	}, 5*time.Second, 5*time.Millisecond)
+	adminAddr := adminAddrOf(t, &logs)
 	call := func(method, route, token, body string) (int, string) {
 		req, err := http.NewRequest(method, "http://"+adminAddr+route, strings.NewReader(body))
 		require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -271,4 +272,34 @@ func TestMetricsTokenGuardsMetrics(t *testing.T) {
 	assert.Equal(t, http.StatusOK, get("/metrics", "bearer  m-secret"))
 	assert.Equal(t, http.StatusOK, get("/healthz", ""))
 	assert.Equal(t, http.StatusOK, get("/readyz", ""))
+}
+
+// adminAddrOf waits for the admin listener's address in a server's log.
+func adminAddrOf(t *testing.T, logs *syncBuffer) string {
+	t.Helper()
+	var addr string
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`admin API listening" addr=(\S+)`).FindStringSubmatch(logs.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, 5*time.Second, 5*time.Millisecond)
+	return addr
+}
+
+// serveInTest runs runServer with o (its ready, reload and log set here)
+// until the test ends, and returns its address, its reload channel and
+// its log.
+func serveInTest(t *testing.T, o serverOptions) (addr string, reload chan<- os.Signal, logs *syncBuffer) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	r := make(chan os.Signal, 1)
+	logs = &syncBuffer{}
+	o.ready, o.reload, o.log = ready, r, slog.New(slog.NewTextHandler(logs, nil))
+	go func() { done <- runServer(ctx, o) }()
+	t.Cleanup(func() { stop(); <-done })
+	return <-ready, r, logs
 }

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,17 +31,7 @@ func TestAReloadKeepsTheStartedUpstream(t *testing.T) {
 	model := "models:\n  - name: m\n    policy: POLICY\n    backends:\n      - url: " + slow.URL + "\n"
 	base := "listen: 127.0.0.1:0\nscrape:\n  enabled: false\n"
 	path := writeConfig(t, base+strings.Replace(model, "POLICY", "round_robin", 1))
-	ctx, stop := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	reload := make(chan os.Signal, 1)
-	var logs syncBuffer
-	go func() {
-		done <- runServer(ctx, serverOptions{path: path, drain: time.Second, ready: ready, reload: reload,
-			log: slog.New(slog.NewTextHandler(&logs, nil))})
-	}()
-	t.Cleanup(func() { stop(); <-done })
-	addr := <-ready
+	addr, reload, logs := serveInTest(t, serverOptions{path: path, drain: time.Second})
 
 	require.NoError(t, os.WriteFile(path, []byte(base+"upstream:\n  response_header_timeout: 1s\n"+strings.Replace(model, "POLICY", "random", 1)), 0o600))
 	reload <- syscall.SIGHUP
@@ -70,26 +57,9 @@ func TestTheCommandLineOverridesShowAsRunning(t *testing.T) {
 	redis := startRedis(t)
 	path := writeConfig(t, "listen: "+taken.Addr().String()+"\nadmin:\n  listen: 127.0.0.1:0\nscrape:\n  enabled: false\n"+
 		"models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n")
-	ctx, stop := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	reload := make(chan os.Signal, 1)
-	var logs syncBuffer
-	go func() {
-		done <- runServer(ctx, serverOptions{path: path, listen: "127.0.0.1:0", redisURL: redis.url(), drain: time.Second,
-			ready: ready, reload: reload, log: slog.New(slog.NewTextHandler(&logs, nil))})
-	}()
-	t.Cleanup(func() { stop(); <-done })
-	addr := <-ready
+	addr, reload, logs := serveInTest(t, serverOptions{path: path, listen: "127.0.0.1:0", redisURL: redis.url(), drain: time.Second})
 	assert.NotEqual(t, taken.Addr().String(), addr)
-	var adminAddr string
-	require.Eventually(t, func() bool {
-		m := regexp.MustCompile(`admin API listening" addr=(\S+)`).FindStringSubmatch(logs.String())
-		if m != nil {
-			adminAddr = m[1]
-		}
-		return m != nil
-	}, 5*time.Second, 5*time.Millisecond)
+	adminAddr := adminAddrOf(t, logs)
 
 	reload <- syscall.SIGHUP
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "config reloaded") }, 5*time.Second, 5*time.Millisecond)

@@ -76,14 +76,7 @@ tenants:
 			log: slog.New(slog.NewTextHandler(&logs, nil))})
 	}()
 	addr := <-ready
-	var adminAddr string
-	require.Eventually(t, func() bool {
-		m := regexp.MustCompile(`admin API listening" addr=(\S+)`).FindStringSubmatch(logs.String())
-		if m != nil {
-			adminAddr = m[1]
-		}
-		return m != nil
-	}, 5*time.Second, 5*time.Millisecond)
+	adminAddr := adminAddrOf(t, &logs)
 
 	// Traffic until the end of the test: acme's eight clients keep the
 	// backends at their admission budget, so requests queue; hobbyist's
