@@ -21,9 +21,8 @@ var unknownField = regexp.MustCompile(`^ field (\S+) not found`)
 // line's last key.
 func nameFields(root *yaml.Node, msg string) string {
 	paths := map[int]string{}
-	collectPaths(root, "", paths)
-	var keys []string // every key's path, for unknown ones on a shared line
-	collectKeys(root, "", &keys)
+	var keys []keyAt // every key, for unknown ones on a shared line
+	collectPaths(root, "", paths, &keys)
 	lines := strings.Split(msg, "\n")
 	for i, line := range lines {
 		loc := lineRef.FindStringSubmatchIndex(line)
@@ -34,8 +33,8 @@ func nameFields(root *yaml.Node, msg string) string {
 		p := paths[n]
 		if m := unknownField.FindStringSubmatch(line[loc[1]:]); m != nil {
 			for _, k := range keys {
-				if strings.HasPrefix(k, fmt.Sprintf("%d:", n)) && (strings.HasSuffix(k, ":"+m[1]) || strings.HasSuffix(k, "."+m[1])) {
-					p = k[strings.IndexByte(k, ':')+1:]
+				if k.line == n && k.key == m[1] {
+					p = k.path
 					break
 				}
 			}
@@ -47,37 +46,19 @@ func nameFields(root *yaml.Node, msg string) string {
 	return strings.Join(lines, "\n")
 }
 
-// collectKeys lists every mapping key's path as "LINE:path".
-func collectKeys(n *yaml.Node, path string, out *[]string) {
-	switch n.Kind {
-	case yaml.DocumentNode, yaml.SequenceNode:
-		for i, c := range n.Content {
-			p := path
-			if n.Kind == yaml.SequenceNode {
-				p = fmt.Sprintf("%s[%d]", path, i)
-			}
-			collectKeys(c, p, out)
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			p := k.Value
-			if path != "" {
-				p = path + "." + k.Value
-			}
-			*out = append(*out, fmt.Sprintf("%d:%s", k.Line, p))
-			collectKeys(n.Content[i+1], p, out)
-		}
-	}
+// keyAt is a mapping key: its line, its name and its field path.
+type keyAt struct {
+	line      int
+	key, path string
 }
 
 // collectPaths records, for each line holding a key or a sequence item, the
-// deepest field path that starts there.
-func collectPaths(n *yaml.Node, path string, out map[int]string) {
+// deepest field path that starts there, and every key in keys.
+func collectPaths(n *yaml.Node, path string, out map[int]string, keys *[]keyAt) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			collectPaths(c, path, out)
+			collectPaths(c, path, out, keys)
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -87,7 +68,8 @@ func collectPaths(n *yaml.Node, path string, out map[int]string) {
 				p = path + "." + k.Value
 			}
 			out[k.Line] = p
-			collectPaths(v, p, out)
+			*keys = append(*keys, keyAt{line: k.Line, key: k.Value, path: p})
+			collectPaths(v, p, out, keys)
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
@@ -95,7 +77,7 @@ func collectPaths(n *yaml.Node, path string, out map[int]string) {
 			if _, ok := out[c.Line]; !ok || c.Kind != yaml.ScalarNode {
 				out[c.Line] = p
 			}
-			collectPaths(c, p, out)
+			collectPaths(c, p, out, keys)
 		}
 	}
 }

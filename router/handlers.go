@@ -299,19 +299,17 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 	// the timeout's 504).
 	var busy, last *upstreamError
 	failed := func(e *upstreamError) error {
-		if e == nil || e.class == backends.ClassUnreachable {
-			switch {
-			case busy != nil:
-				return busy
-			case last != nil && last.class != backends.ClassUnreachable: // one reached says more than one not
-				return last
-			case e == nil && last != nil:
-				return last
-			case e == nil:
-				return &upstreamError{class: backends.ClassUnreachable}
-			}
+		switch {
+		case e != nil && e.class != backends.ClassUnreachable:
+			return e
+		case busy != nil:
+			return busy
+		case last != nil: // a backend reached says more than one not
+			return last
+		case e != nil:
+			return e
 		}
-		return e
+		return &upstreamError{class: backends.ClassUnreachable}
 	}
 	rt.retryBudget.deposit()
 	for attempt := 0; attempt <= rt.retries; attempt++ {
