@@ -380,21 +380,22 @@ func (p *Proxy) relay(w http.ResponseWriter, res *http.Response, body *streamBod
 	// A client that stops reading (its connection open, its window full)
 	// must not hold the stream, the backend's work and its slots forever:
 	// a write that cannot go for the idle timeout fails, as a client that
-	// left. The deadline moves at most every quarter of it (a clock read
-	// per event, not a timer update), and is cleared for the connection's
-	// next request.
-	var written time.Time
+	// left. The deadline moves with the first event after each of the
+	// stream's idle ticks (every quarter of the timeout), so a write always
+	// has at least three quarters of it; an event costs a flag's load, not
+	// a clock read (issue 12). It is cleared for the connection's next
+	// request.
+	first := true
 	if p.idle > 0 {
 		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 	}
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			if p.idle > 0 {
-				if now := time.Now(); now.Sub(written) > p.idle/4 {
-					written = now
-					_ = rc.SetWriteDeadline(now.Add(p.idle))
-				}
+			if p.idle > 0 && (first || body.moved.Load()) {
+				first = false
+				body.moved.Store(false)
+				_ = rc.SetWriteDeadline(time.Now().Add(p.idle))
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr

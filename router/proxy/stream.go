@@ -44,6 +44,7 @@ type streamBody struct {
 	read  atomic.Bool  // data arrived since the last tick
 	ended atomic.Bool  // Close or cut stopped the timer
 	quiet atomic.Int32 // ticks in a row without data
+	moved atomic.Bool  // a tick passed since relay last moved the client's write deadline
 
 	mu      sync.Mutex
 	err     error
@@ -73,6 +74,7 @@ func (s *streamBody) tick() {
 	if s.ended.Load() {
 		return
 	}
+	s.moved.Store(true)
 	if s.read.Swap(false) {
 		s.quiet.Store(0)
 	} else if s.quiet.Add(1) >= idleTicks {

@@ -284,3 +284,38 @@ func TestStalledClientLosesTheStream(t *testing.T) {
 		t.Fatal("the backend's request went on after the stream was lost")
 	}
 }
+
+// A client that reads a stream longer than the idle timeout, its events
+// coming well within it, gets it whole: the write deadline the relay sets
+// against stalled clients moves on as the stream goes.
+func TestLongStreamOutlivesTheWriteDeadline(t *testing.T) {
+	const idle = time.Second
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 12 { // 12 × 150 ms: 1.8 idle timeouts
+			if _, err := w.Write([]byte("data: {\"n\":" + strconv.Itoa(i) + "}\n\n")); err != nil {
+				return
+			}
+			http.NewResponseController(w).Flush()
+			time.Sleep(idle * 15 / 100)
+		}
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	}))
+	t.Cleanup(srv.Close)
+	target, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	p, err := New(Options{Transport: NewTransport(TransportOptions{}), StreamIdleTimeout: idle})
+	require.NoError(t, err)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = p.Forward(w, r, Attempt{Target: target, Body: []byte(`{"stream":true}`)})
+	}))
+	t.Cleanup(front.Close)
+
+	res, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	assert.Equal(t, 13, strings.Count(string(body), "data: "))
+	assert.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "the stream was cut: %q", body)
+}
