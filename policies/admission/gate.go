@@ -348,13 +348,12 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 	timer := time.NewTimer(g.o.MaxWait[r.Class])
 	defer timer.Stop()
 	// Room that frees without a release here (another replica's, a KV cache
-	// draining, a prefill done) is seen by looking again every Patience.
-	var poll <-chan time.Time
-	if g.o.Shared != nil || g.o.KVMax > 0 || g.o.MaxPendingPrompt != nil || g.o.MaxPendingPrefill > 0 || g.o.BatchPrefill > 0 {
-		tick := time.NewTicker(g.o.Patience)
-		defer tick.Stop()
-		poll = tick.C
-	}
+	// draining, a prefill done), and a pool left with no endpoint (all
+	// drained or down: failAllLocked), are seen by looking again every
+	// Patience.
+	tick := time.NewTicker(g.o.Patience)
+	defer tick.Stop()
+	poll := tick.C
 	stop := batchStop(ctx)
 	for waiting := true; waiting; {
 		select {
@@ -738,7 +737,7 @@ func (g *Gate) dispatchLocked() {
 		if len(g.aside) > 0 && (w == nil || w.r.Class >= Flex) && g.bindAsideLocked() {
 			continue
 		}
-		if w == nil {
+		if w == nil || w.item.lane == nil { // none waits, or all failed (bindAsideLocked found no endpoint)
 			return
 		}
 		ep, lease, err := g.bindLocked(context.Background(), &w.r, w.since, nil)
@@ -757,7 +756,11 @@ func (g *Gate) dispatchLocked() {
 			g.aside = append(g.aside, w)
 			continue
 		}
-		if errors.Is(err, ErrNoRoom) || errors.Is(err, policies.ErrNoEndpoint) {
+		if errors.Is(err, policies.ErrNoEndpoint) {
+			g.failAllLocked(err)
+			return
+		}
+		if errors.Is(err, ErrNoRoom) {
 			return // wait for the next release (or the waiter's own deadline)
 		}
 		g.q.take(&w.item)
@@ -765,8 +768,27 @@ func (g *Gate) dispatchLocked() {
 	}
 }
 
+// failAllLocked answers every waiting request err: no endpoint of the
+// pool is available (all drained, removed or down), and none will free
+// room. Waiting out MaxWait then made the clients of a drained model hang
+// for the class's whole wait (30s by default) to hear "waited too long";
+// they hear now what a request that finds no queue hears, 503
+// no_backend_available with the soonest endpoint's Retry-After.
+func (g *Gate) failAllLocked(err error) {
+	for it := g.q.Peek(); it != nil; it = g.q.Peek() {
+		g.q.Remove(it)
+		it.Value.(*waiter).ready <- result{err: err}
+	}
+	for _, w := range g.aside {
+		w.aside = false
+		w.ready <- result{err: err}
+	}
+	g.aside = g.aside[:0]
+}
+
 // bindAsideLocked binds the oldest batch waiter set aside that an
-// endpoint now takes, and reports whether there was one.
+// endpoint now takes, and reports whether there was one. When no endpoint
+// is available at all it fails every waiter (failAllLocked).
 func (g *Gate) bindAsideLocked() bool {
 	for i, w := range g.aside {
 		ep, lease, err := g.bindLocked(context.Background(), &w.r, w.since, nil)
@@ -774,6 +796,7 @@ func (g *Gate) bindAsideLocked() bool {
 			continue
 		}
 		if errors.Is(err, policies.ErrNoEndpoint) {
+			g.failAllLocked(err)
 			return false
 		}
 		g.aside = slices.Delete(g.aside, i, i+1)

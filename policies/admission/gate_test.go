@@ -148,6 +148,38 @@ func TestGateShedsWhenTheWaitRunsOut(t *testing.T) {
 	})
 }
 
+// When the last endpoint of a pool is drained, the requests waiting for
+// its room hear at once that no backend is available, as a request
+// arriving then does, rather than waiting out their class's MaxWait.
+func TestGateFailsTheQueueWhenNoEndpointIsLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, eps := newGate(t, 1, 1, 10)
+		hold, err := g.Admit(context.Background(), req(admission.Default, "x"))
+		require.NoError(t, err)
+		start := time.Now()
+		var ch []chan error
+		for _, c := range []admission.Class{admission.Priority, admission.Default, admission.Flex} {
+			done := make(chan error, 1)
+			go func() {
+				_, err := g.Admit(context.Background(), req(c, "x"))
+				done <- err
+			}()
+			ch = append(ch, done)
+		}
+		synctest.Wait()
+		require.Equal(t, 3, g.Waiting())
+		eps[0].SetDrained(true)
+		for _, done := range ch {
+			assert.ErrorIs(t, <-done, policies.ErrNoEndpoint)
+		}
+		assert.Less(t, time.Since(start), time.Second, "well within priority's MaxWait (1s)")
+		assert.Zero(t, g.Waiting())
+		_, err = g.Admit(context.Background(), req(admission.Default, "x"))
+		assert.ErrorIs(t, err, policies.ErrNoEndpoint, "a new arrival hears the same")
+		hold.Release()
+	})
+}
+
 func TestGateFullQueueShedsFlexFirst(t *testing.T) {
 	g, _ := newGate(t, 1, 1, 2)
 	ctx := context.Background()
