@@ -575,10 +575,11 @@ func (l *Limiter) ping() {
 }
 
 // renew extends the leases of every reservation not yet settled, in one
-// Store call.
+// Store call, and settles again those settled while it ran.
 func (l *Limiter) renew() {
 	byKey := map[string]int{}
 	var held []Held
+	var sent []*Reservation
 	l.held.Range(func(k, _ any) bool {
 		r := k.(*Reservation)
 		i, ok := byKey[r.key]
@@ -588,6 +589,7 @@ func (l *Limiter) renew() {
 			held = append(held, Held{Key: r.key})
 		}
 		held[i].IDs = append(held[i].IDs, r.lease)
+		sent = append(sent, r)
 		return true
 	})
 	if len(held) == 0 {
@@ -602,6 +604,7 @@ func (l *Limiter) renew() {
 	}
 	err := l.o.Store.Renew(ctx, held, l.o.LeaseTTL, start)
 	l.renewTime.Observe(l.o.Now().Sub(start).Seconds())
+	l.releaseSettled(sent, start)
 	if err != nil {
 		// The leases end LeaseTTL after their last renewal; the next tick
 		// tries again.
@@ -609,6 +612,28 @@ func (l *Limiter) renew() {
 		return
 	}
 	l.recovered()
+}
+
+// releaseSettled releases once more the leases of sent, just renewed, that
+// were settled meanwhile: a Store may re-create a lease it lacks (Redis
+// restarted empty under running requests), and so the renewal may have
+// brought one back for LeaseTTL, holding its tenant's slot with no request
+// behind it. Settle stops holding a reservation before it calls the Store,
+// so one settled after this look reaches the Store after the renewal
+// answered; one settled before it is released here, after the renewal
+// (with a renewal's error too: the Store may have run it). The release is
+// a settlement of zero amounts, which moves no counter.
+func (l *Limiter) releaseSettled(sent []*Reservation, now time.Time) {
+	var items []SettleItem
+	for _, r := range sent {
+		if _, ok := l.held.Load(r); !ok {
+			items = append(items, SettleItem{Key: r.key, Limits: r.lim, Now: now,
+				Settlement: Settlement{LeaseID: r.lease, ReservedAt: r.at}})
+		}
+	}
+	if len(items) > 0 {
+		l.settle(items)
+	}
 }
 
 // probeEvery is how often, while the Store fails, a Reserve tries it;

@@ -91,7 +91,8 @@ type Lease struct {
 	TTL time.Duration
 }
 
-// Held is one tenant's leases that a Limiter still holds, for Renew.
+// Held is one tenant's leases that a Limiter still holds (reserved and
+// not settled), for Renew.
 type Held struct {
 	Key string
 	IDs []string
@@ -142,10 +143,14 @@ type Store interface {
 	// is released. Settling an unknown or expired lease still adjusts the
 	// counters.
 	Settle(ctx context.Context, key string, lim Limits, s Settlement, now time.Time) error
-	// Renew moves the expiry of every lease of held that the Store still
-	// holds to now+ttl, for all tenants in one call; a lease settled or
-	// expired meanwhile stays gone. The Limiter renews the leases of its
-	// requests while they run, so that a short TTL frees a dead replica's
-	// slots soon without freeing those of a long request.
+	// Renew moves the expiry of every lease of held to now+ttl, for all
+	// tenants in one call. The Limiter renews the leases of its requests
+	// while they run, so that a short TTL frees a dead replica's slots
+	// soon without freeing those of a long request. A Store that may lose
+	// leases under running requests (quota/redisstore: Redis restarted
+	// empty) re-creates those it lacks, so that the limits hold again at
+	// the first renewal; one that cannot (quota/memstore) may renew only
+	// those it holds. So the caller passes only leases it holds, and
+	// settles again one it settled while Renew ran (the Limiter does).
 	Renew(ctx context.Context, held []Held, ttl time.Duration, now time.Time) error
 }

@@ -286,7 +286,11 @@ func (s *Slots) Forget(lease string) {
 // to now plus its TTL, in one round trip, and returns how many it renewed.
 // Call it every third of the TTL: a replica that dies stops renewing, and
 // its slots come back within the TTL, while a live replica's requests
-// keep theirs for as long as they run, however long that is.
+// keep theirs for as long as they run, however long that is. A lease
+// Redis lost (a restart, a failover to an empty replica) is re-created,
+// so the budgets hold again from the first renewal after Redis returns;
+// a lease released while Renew ran is removed again (a second round trip,
+// only then), so it does not come back for a TTL (see leaseset).
 func (s *Slots) Renew(ctx context.Context, now time.Time) (int, error) {
 	type set struct {
 		key string
@@ -307,14 +311,38 @@ func (s *Slots) Renew(ctx context.Context, now time.Time) (int, error) {
 	var errs []error
 	ms := now.UnixMilli()
 	for ttl, rs := range byTTL { // one TTL, unless a reload changed it
-		n, err := leaseset.Renew(ctx, s.client, rs, ms, ms+ttl.Milliseconds(), ttl)
+		n, err := leaseset.Renew(ctx, s.client, rs, ms+ttl.Milliseconds(), ttl)
 		total += n
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
+	// Release forgets a lease before it sends its ZREM, so a lease
+	// released after this look sends that ZREM after the renewal answered.
+	// The ones released before it, the renewal may have re-created (with
+	// an error too: the script may have run): take them back.
+	var released []leaseset.Renewal
+	s.mu.Lock()
+	for k, v := range ids {
+		var gone []string
+		for _, id := range v {
+			if _, ok := s.held[id]; !ok {
+				gone = append(gone, id)
+			}
+		}
+		if len(gone) > 0 {
+			released = append(released, leaseset.Renewal{Key: k.key, IDs: gone})
+			total -= len(gone)
+		}
+	}
+	s.mu.Unlock()
+	if len(released) > 0 {
+		if err := leaseset.Remove(ctx, s.client, released); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
-		return total, fmt.Errorf("redisslots: %w", err)
+		return max(total, 0), fmt.Errorf("redisslots: %w", err)
 	}
 	return total, nil
 }

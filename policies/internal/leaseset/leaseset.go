@@ -5,6 +5,27 @@
 // replica holding a lease renews it while its request runs, so that a
 // short TTL frees the slots of a replica that died without cutting off a
 // long request of one that lives.
+//
+// Renewing a lease writes it whether or not the set still has it. Redis
+// may lose a set under running requests (a restart without persistence,
+// FLUSHALL, a failover to an empty replica), and the replica holding a
+// lease is the one that knows its request still runs: the set counts the
+// request again from the first renewal after Redis returns. A lease that
+// expired because its replica was cut off from Redis for longer than the
+// TTL is written back too, for the same reason. Until 2026-12-05 only
+// leases still present were renewed, so after such a loss a tenant with
+// concurrency 2 and two long streams running could start two more, and
+// backends' admission budgets were over-granted the same way, for as
+// long as those streams ran.
+//
+// The price is that a lease released while a renewal of it is under way
+// comes back for a TTL. Callers close that race themselves, since only
+// they know what they released: a caller stops holding a lease before it
+// sends the release (ZREM), and after Renew returns (with an error too:
+// the script may have run) removes again every lease it sent that it no
+// longer holds. Either order then ends with the lease gone: a release
+// marked before that check is removed again after the renewal ran, and
+// one marked after it sends its own ZREM after the renewal answered.
 package leaseset
 
 import (
@@ -16,23 +37,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// renewScript: KEYS[1] a lease set; ARGV[1] now and ARGV[2] the new
-// expiry (Unix ms), ARGV[3] how long the set must be kept at least (ms),
-// ARGV[4..] lease IDs. Only leases still live are renewed: one released
-// or expired meanwhile stays gone. Replies with how many were renewed.
+// renewScript: KEYS[1] a lease set; ARGV[1] the new expiry (Unix ms),
+// ARGV[2] how long the set must be kept at least (ms), ARGV[3..] lease
+// IDs. Every lease is written with the new expiry, present or not: one
+// Redis lost is re-created (see the package doc for why, and for what the
+// caller does about a lease released meanwhile). The set's key expiry is
+// pushed out to ARGV[2] when shorter, so the set outlives its leases
+// despite clock skew. Replies with how many leases it wrote.
 const renewScript = `
-local now, n = tonumber(ARGV[1]), 0
-for i = 4, #ARGV do
-  local exp = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if exp and tonumber(exp) > now then
-    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i])
-    n = n + 1
-  end
+if #ARGV < 3 then
+  return 0
 end
-if n > 0 and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+for i = 3, #ARGV do
+  redis.call('ZADD', KEYS[1], ARGV[1], ARGV[i])
 end
-return n
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return #ARGV - 2
 `
 
 var script = redis.NewScript(renewScript)
@@ -43,19 +65,21 @@ type Renewal struct {
 	IDs []string
 }
 
-// Renew moves the expiry of every lease of rs live at now (Unix ms) to
-// expiry (Unix ms) and keeps each set that holds one for at least keep, in one
-// pipelined round trip (two when Redis lost the script). It returns how
-// many leases were renewed; an error for one set leaves the others
-// renewed.
-func Renew(ctx context.Context, c redis.UniversalClient, rs []Renewal, now, expiry int64, keep time.Duration) (int, error) {
+// Renew sets the expiry of every lease of rs to expiry (Unix ms),
+// re-creating those a set no longer has, and keeps each set that holds
+// one for at least keep, in one pipelined round trip (two when Redis lost
+// the script). It returns how many leases it renewed; an error for one
+// set leaves the others renewed. The caller must pass only leases it
+// holds, and remove again those it released while Renew ran (see the
+// package doc).
+func Renew(ctx context.Context, c redis.UniversalClient, rs []Renewal, expiry int64, keep time.Duration) (int, error) {
 	if len(rs) == 0 {
 		return 0, nil
 	}
 	args := make([][]any, len(rs))
 	for i, r := range rs {
-		a := make([]any, 0, 3+len(r.IDs))
-		a = append(a, now, expiry, keep.Milliseconds())
+		a := make([]any, 0, 2+len(r.IDs))
+		a = append(a, expiry, keep.Milliseconds())
 		for _, id := range r.IDs {
 			a = append(a, id)
 		}
@@ -91,4 +115,30 @@ func Renew(ctx context.Context, c redis.UniversalClient, rs []Renewal, now, expi
 		renewed += n
 	}
 	return renewed, errors.Join(errs...)
+}
+
+// Remove deletes the leases of rs from their sets, in one pipelined round
+// trip: for a caller to take back the leases it released while Renew ran.
+func Remove(ctx context.Context, c redis.UniversalClient, rs []Renewal) error {
+	pipe := c.Pipeline()
+	for _, r := range rs {
+		if len(r.IDs) > 0 {
+			pipe.ZRem(ctx, r.Key, toAny(r.IDs)...)
+		}
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("remove released leases: %w", err)
+	}
+	return nil
+}
+
+func toAny(ids []string) []any {
+	a := make([]any, len(ids))
+	for i, id := range ids {
+		a[i] = id
+	}
+	return a
 }

@@ -19,6 +19,12 @@
 // each with jitter), so idle tenants leave nothing behind. Correctness
 // never depends on those expiries, only memory does.
 //
+// Renew writes every lease it is given, re-creating those Redis lost (a
+// restart without persistence, a failover to an empty replica), since the
+// Limiter passes only the leases of requests still running: the
+// concurrency caps hold again from the first renewal after Redis returns.
+// The rate hashes and day totals lost with it are not rebuilt.
+//
 // A Redis failure is returned as an error (wrapped with %w) for the
 // Limiter to fail open or closed; nothing here retries or panics. Give the
 // client tight timeouts and ContextTimeoutEnabled so a call's ctx bounds

@@ -229,3 +229,52 @@ func TestSlot(t *testing.T) {
 		require.Equal(t, tt.want, slot(tt.key), tt.key)
 	}
 }
+
+// redisServer is a redis-server this test owns, on a free port and without
+// persistence, so that it can restart empty mid-test as a Redis that is
+// restarted, flushed or failed over to an empty replica does.
+type redisServer struct {
+	t         testing.TB
+	bin, port string
+	dir       string
+	cmd       *exec.Cmd
+}
+
+// startRedis starts a redisServer, stopped when t ends, or skips t when
+// redis-server is not installed.
+func startRedis(t testing.TB) *redisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server is not installed (apt-get install redis-server)")
+	}
+	r := &redisServer{t: t, bin: bin, port: freePort(t), dir: t.TempDir()}
+	r.start()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+	})
+	return r
+}
+
+func (r *redisServer) addr() string { return net.JoinHostPort("127.0.0.1", r.port) }
+
+func (r *redisServer) start() {
+	r.t.Helper()
+	r.cmd = exec.Command(r.bin, "--port", r.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir)
+	require.NoError(r.t, r.cmd.Start(), "start redis-server")
+	require.Eventually(r.t, func() bool { return ping(r.addr()) == nil }, 10*time.Second, 20*time.Millisecond,
+		"redis-server on %s did not answer", r.addr())
+}
+
+// restart stops the server with SHUTDOWN NOSAVE and starts it again on the
+// same port, empty.
+func (r *redisServer) restart() {
+	r.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
+	err := c.ShutdownNoSave(context.Background()).Err()
+	_ = c.Close()
+	require.NoError(r.t, err, "SHUTDOWN NOSAVE")
+	_ = r.cmd.Wait() // it exits once it has shut down
+	r.start()
+}

@@ -138,7 +138,11 @@ func (s *Store) Settle(ctx context.Context, key string, lim quota.Limits, st quo
 }
 
 // Renew implements quota.Store: one pipelined round trip for every
-// tenant's leases.
+// tenant's leases. It re-creates the leases Redis lost (a restart without
+// persistence, a failover to an empty replica), so that the tenants'
+// concurrency holds again from the first renewal after Redis returns;
+// the Limiter settles again a lease it settled while Renew ran, which
+// this brought back (see leaseset).
 func (s *Store) Renew(ctx context.Context, held []quota.Held, ttl time.Duration, now time.Time) error {
 	rs := make([]leaseset.Renewal, 0, len(held))
 	for _, h := range held {
@@ -148,7 +152,7 @@ func (s *Store) Renew(ctx context.Context, held []quota.Held, ttl time.Duration,
 		rs = append(rs, leaseset.Renewal{Key: s.keys(h.Key, now)[1], IDs: h.IDs})
 	}
 	keep := time.Duration(gcra.LeaseTTL(ttl)+margin()) * time.Millisecond
-	if _, err := leaseset.Renew(ctx, s.client, rs, gcra.Millis(now), gcra.LeaseExpiry(now, ttl), keep); err != nil {
+	if _, err := leaseset.Renew(ctx, s.client, rs, gcra.LeaseExpiry(now, ttl), keep); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	return nil
