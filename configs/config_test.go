@@ -137,6 +137,8 @@ models:
 		{"an unknown key in flow style is named itself", "upstream: {retriess: 1, dial_timeout: 1s}\n" + minimal, []string{"line 1 (upstream.retriess): field retriess not found"}},
 		{"an SDK's base url", "models:\n  - name: m\n    backends:\n      - url: http://a:1/v1/\n",
 			[]string{`models[0].backends[0].url: ends in /v1 in "http://a:1/v1/": give the server's base URL`, "e.g. http://a:1"}},
+		{"one address for both listeners", "listen: 127.0.0.1:8080\nadmin:\n  listen: 127.0.0.1:8080\n" + minimal,
+			[]string{`admin.listen: must differ from listen ("127.0.0.1:8080")`}},
 		{"credentials in a url", "models:\n  - name: m\n    backends:\n      - url: http://u:secret@a:1\n",
 			[]string{`models[0].backends[0].url: must not carry credentials (user:password@) in "http://u:xxxxx@a:1": set the backend's api_key`}},
 	}

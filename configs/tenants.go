@@ -442,7 +442,7 @@ func checkBursts(q *Quota, mine func(name string) bool, p string, bad func(field
 
 func (l LimitStore) validate(bad func(field, format string, args ...any)) {
 	if l.RedisURL != "" {
-		if msg := checkRedisURL(l.RedisURL); msg != "" {
+		if msg := CheckRedisURL(l.RedisURL); msg != "" {
 			bad("limits.redis_url", "%s", msg)
 		}
 	}
@@ -457,9 +457,9 @@ func (l LimitStore) validate(bad func(field, format string, args ...any)) {
 	}
 }
 
-// checkRedisURL returns what is wrong with s, or "". Messages show the URL
+// CheckRedisURL returns what is wrong with s, or "". Messages show the URL
 // with its password redacted.
-func checkRedisURL(s string) string {
+func CheckRedisURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		var ue *url.Error
@@ -471,19 +471,50 @@ func checkRedisURL(s string) string {
 	switch u.Scheme {
 	case "redis", "rediss":
 		if u.Host == "" {
-			return fmt.Sprintf("missing host in %q", u.Redacted())
+			return fmt.Sprintf("missing host in %q", RedactURL(s))
 		}
 		if db := strings.TrimPrefix(u.Path, "/"); db != "" && !nameOf(db, "0123456789") {
 			return fmt.Sprintf("the path must be a database number such as /0, got %q", u.Path)
 		}
 	case "unix":
 		if u.Path == "" {
-			return fmt.Sprintf("missing socket path in %q", u.Redacted())
+			return fmt.Sprintf("missing socket path in %q", RedactURL(s))
 		}
 	default:
-		return fmt.Sprintf("want a redis://, rediss:// or unix:// URL, got %q", u.Redacted())
+		return fmt.Sprintf("want a redis://, rediss:// or unix:// URL, got %q", RedactURL(s))
 	}
 	return ""
+}
+
+// RedactURL returns s with its secrets replaced by REDACTED: the password
+// of its user info, and the value of every query parameter whose name
+// holds "password" (a Sentinel URL's password= and sentinel_password=).
+// A string that does not parse as a URL comes back as a placeholder: its
+// text may hold the secret.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(not a URL)"
+	}
+	if u.User != nil {
+		if _, set := u.User.Password(); set {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+		}
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		changed := false
+		for k := range q {
+			if strings.Contains(strings.ToLower(k), "password") {
+				q[k] = []string{"REDACTED"}
+				changed = true
+			}
+		}
+		if changed {
+			u.RawQuery = q.Encode()
+		}
+	}
+	return u.String()
 }
 
 // nameOf reports whether s is non-empty and made only of bytes in allowed.

@@ -219,7 +219,7 @@ func TestTenantsReject(t *testing.T) {
 			"tenants[0].overrides.tokens_per_day", "must not be negative"},
 		{"override burst below default_max_tokens", "tiers:\n  - name: free\n    output_tokens_per_minute: 5000\ntenants:\n" + ok + "    overrides:\n      output_tokens_burst: 100\n",
 			"tenants[0].overrides.output_tokens_burst", "below the tier's default_max_tokens (1024)"},
-		{"redis_url bad scheme", "limits:\n  redis_url: http://:hunter2@127.0.0.1:6379\n", "limits.redis_url", `got "http://:xxxxx@127.0.0.1:6379"`},
+		{"redis_url bad scheme", "limits:\n  redis_url: http://:hunter2@127.0.0.1:6379\n", "limits.redis_url", `got "http://:REDACTED@127.0.0.1:6379"`},
 		{"redis_url without host", "limits:\n  redis_url: redis:///0\n", "limits.redis_url", "missing host"},
 		{"redis_url bad db", "limits:\n  redis_url: redis://127.0.0.1:6379/zero\n", "limits.redis_url", "database number"},
 		{"redis_url unparseable", "limits:\n  redis_url: \"redis://:pw@[::1\"\n", "limits.redis_url", "not a URL"},
@@ -337,4 +337,22 @@ func TestDemoConfigHasTheDemoTenants(t *testing.T) {
 		assert.Equal(t, ex.Tenants[i].Name, c.Tenants[i].Name)
 		assert.Equal(t, ex.Tenants[i].KeyHashes(), c.Tenants[i].KeyHashes())
 	}
+}
+
+// What the admin API's config and error messages show of a Redis URL:
+// no password, in the user info or in a Sentinel URL's query.
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://:s3cret@10.0.0.1:6379/0":                               "redis://:REDACTED@10.0.0.1:6379/0",
+		"redis://app:s3cret@10.0.0.1:6379":                              "redis://app:REDACTED@10.0.0.1:6379",
+		"redis://10.0.0.1:26379/0?master_name=m&password=s3cret":        "redis://10.0.0.1:26379/0?master_name=m&password=REDACTED",
+		"redis://10.0.0.1:26379?sentinel_password=s3cret&master_name=m": "redis://10.0.0.1:26379?master_name=m&sentinel_password=REDACTED",
+		"redis://10.0.0.1:6379/0?db=1":                                  "redis://10.0.0.1:6379/0?db=1",
+		"redis://:s3cret@%zz":                                           "(not a URL)",
+	} {
+		got := RedactURL(in)
+		assert.Equal(t, want, got, in)
+		assert.NotContains(t, got, "s3cret")
+	}
+	assert.NotContains(t, CheckRedisURL("http://:s3cret@h/?password=s3cret"), "s3cret")
 }

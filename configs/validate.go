@@ -31,8 +31,10 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "want host:port, got %q", c.Listen)
 	}
-	if _, _, err := net.SplitHostPort(c.Admin.Listen); err != nil {
+	if _, port, err := net.SplitHostPort(c.Admin.Listen); err != nil {
 		bad("admin.listen", "want host:port, got %q", c.Admin.Listen)
+	} else if c.Admin.Listen == c.Listen && port != "0" {
+		bad("admin.listen", "must differ from listen (%q): the admin API has a listener of its own", c.Listen)
 	}
 	for i, o := range c.CORS.AllowedOrigins {
 		if err := validOrigin(o); err != nil {

@@ -225,3 +225,42 @@ func TestAdminAPI(t *testing.T) {
 	require.NoError(t, <-done)
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// A backend another model lists already is added to a model with its
+// weight and key when the call gives none (it was refused, 422, blaming
+// the other model's weight); a body with more after its object is refused
+// whole.
+func TestAdminAddSharesABackendsWeightAndKey(t *testing.T) {
+	t.Setenv("SLUICE_ADMIN_TOKEN", "admin-secret")
+	a := startWorker(t, "m")
+	path := writeConfig(t, "listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nscrape:\n  enabled: false\nmodels:\n"+
+		"  - name: m\n    backends:\n      - url: "+a.URL+"\n        weight: 3\n        api_key: backend-secret\n"+
+		"  - name: n\n    backends:\n      - url: http://127.0.0.1:1\n")
+	_, _, logs := serveInTest(t, serverOptions{path: path, drain: time.Second})
+	adminAddr := adminAddrOf(t, logs)
+	call := func(body string) (int, string) {
+		req, err := http.NewRequest("POST", "http://"+adminAddr+"/admin/backends", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer admin-secret")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		out, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(out)
+	}
+	code, body := call(`{"model":"n","url":"` + a.URL + `"} {"model":"n","url":"http://127.0.0.1:2"}`)
+	assert.Equal(t, http.StatusBadRequest, code, body)
+	code, body = call(`{"model":"n","url":"` + a.URL + `"}`)
+	require.Equal(t, http.StatusOK, code, body)
+
+	req, err := http.NewRequest("GET", "http://"+adminAddr+"/admin/config", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer admin-secret")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	cfg, _ := io.ReadAll(res.Body)
+	assert.Equal(t, 2, strings.Count(string(cfg), "weight: 3"), "both models list it with its weight:\n%s", cfg)
+	assert.Equal(t, 2, strings.Count(string(cfg), "api_key: REDACTED"), "and its key")
+	assert.NotContains(t, string(cfg), "127.0.0.1:2", "nothing of the refused body was added")
+}

@@ -53,7 +53,7 @@ func newBatchAPI(c *configs.Config, redisURL string, log *slog.Logger) (*batchAP
 		}
 		client, err := redisClient(redisURL, batchRedisTimeout)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("limits.redis_url: %w", err)
 		}
 		rs, err := batch.NewRedisStore(client, batch.RedisOptions{KeyPrefix: c.Limits.KeyPrefix, Timeout: 4 * batchRedisTimeout})
 		if err != nil {

@@ -100,8 +100,8 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 			key := b.APIKey
 			if b.APIKeyEnv != "" {
 				if key = os.Getenv(b.APIKeyEnv); key == "" {
-					errs = append(errs, &configs.FieldError{Field: fmt.Sprintf("%s.backends[%d].api_key_env", p, j),
-						Message: "environment variable " + b.APIKeyEnv + " is empty or not set"})
+					errs = append(errs, &envUnsetError{configs.FieldError{Field: fmt.Sprintf("%s.backends[%d].api_key_env", p, j),
+						Message: "environment variable " + b.APIKeyEnv + " is empty or not set"}})
 				}
 			}
 			if prev, ok := keys[e]; ok && prev != key {
@@ -334,3 +334,10 @@ func breakerSettings(c configs.Breaker, log *slog.Logger, reg prometheus.Registe
 		},
 	}, nil
 }
+
+// envUnsetError is a setting that names an environment variable not set
+// here: serve refuses the config, while validate, run where the secrets
+// are not (a CI job), only notes it.
+type envUnsetError struct{ configs.FieldError }
+
+func (e *envUnsetError) Unwrap() error { return &e.FieldError }

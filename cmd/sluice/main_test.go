@@ -86,6 +86,14 @@ models:
       - url: http://127.0.0.1:1
         api_key: key-for-b
 `, 1, []string{"models[1].backends[0].api_key: differs from the key another model gives the same backend"}},
+		{"a redis option go-redis does not know", "limits:\n  redis_url: redis://127.0.0.1:6379/0?bogus=1\nmodels:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n",
+			1, []string{"limits.redis_url: redis: unexpected option: bogus"}},
+		// Secrets live where serve runs, not where a CI job validates:
+		// what names them is a note, not a failure.
+		{"a key's variable not set here", "models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n        api_key_env: SLUICE_TEST_NEVER_SET\n",
+			0, []string{"ok", "note: models[0].backends[0].api_key_env: environment variable SLUICE_TEST_NEVER_SET is empty or not set"}},
+		{"a redis batch store with no redis", "batch:\n  enabled: true\n  store: redis\nmodels:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n",
+			0, []string{"ok", "note: batch.store: redis needs limits.redis_url, --redis-url or SLUICE_REDIS_URL"}},
 		{"a fraction for an integer", "models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n        weight: 2.7\n",
 			1, []string{"models[0].backends[0].weight", "whole number"}},
 	}
@@ -98,6 +106,28 @@ models:
 				assert.Contains(t, out.String()+errOut.String(), s)
 			}
 		})
+	}
+}
+
+// The command line's settings are checked before anything starts, and a
+// bad Redis URL's message does not repeat its password.
+func TestServeRefusesBadFlags(t *testing.T) {
+	cfg := writeConfig(t, "models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--watch", "-1s"}, "--shutdown-timeout and --watch must not be negative"},
+		{[]string{"--shutdown-timeout", "-5s"}, "--shutdown-timeout and --watch must not be negative"},
+		{[]string{"--redis-url", "notaurl"}, `--redis-url (or SLUICE_REDIS_URL): want a redis://, rediss:// or unix:// URL, got "notaurl"`},
+		{[]string{"--redis-url", "http://:s3cret@127.0.0.1:6379"}, `got "http://:REDACTED@127.0.0.1:6379"`},
+		{[]string{"--redis-url", "redis://:s3cret@%zz"}, "--redis-url (or SLUICE_REDIS_URL): not a URL"},
+		{[]string{"--redis-url", "redis://127.0.0.1:6379/0?master_name=m&bogus=s3cret"}, "--redis-url (or SLUICE_REDIS_URL): redis: unexpected option: bogus"},
+	} {
+		var out, errOut bytes.Buffer
+		assert.Equal(t, 2, run(append([]string{"serve", "--config", cfg}, tt.args...), &out, &errOut), "%v", tt.args)
+		assert.Contains(t, errOut.String(), tt.want)
+		assert.NotContains(t, errOut.String(), "s3cret")
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -185,7 +184,19 @@ func (r *runtime) AddBackend(model, url string, weight int) error {
 		if err != nil {
 			return err
 		}
-		m.Backends = append(m.Backends, configs.Backend{URL: url, Weight: weight})
+		b := configs.Backend{URL: url, Weight: weight}
+		// A backend has one weight and one key: one another model lists
+		// already gives them to an addition that does not set them (the
+		// addition was refused, blaming the other model's weight).
+		for _, o := range c.Models {
+			for _, ob := range o.Backends {
+				if configs.SameBackend(ob.URL, url) {
+					b.Weight = cmp.Or(b.Weight, ob.Weight)
+					b.APIKey, b.APIKeyEnv = ob.APIKey, ob.APIKeyEnv
+				}
+			}
+		}
+		m.Backends = append(m.Backends, b)
 		return nil
 	}, "backend added", "backend not added", "model", model, "backend", url)
 }
@@ -348,11 +359,8 @@ func (r *runtime) Config() ([]byte, error) {
 			}
 		}
 	}
-	if u, err := url.Parse(c.Limits.RedisURL); err == nil && u.User != nil {
-		if _, set := u.User.Password(); set {
-			u.User = url.UserPassword(u.User.Username(), "REDACTED")
-			c.Limits.RedisURL = u.String()
-		}
+	if c.Limits.RedisURL != "" {
+		c.Limits.RedisURL = configs.RedactURL(c.Limits.RedisURL)
 	}
 	out, err := yaml.Marshal(&c)
 	if err != nil || len(pending) == 0 {

@@ -57,6 +57,24 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice serve: --config is required")
 		return 2
 	}
+	if *drain < 0 || *watch < 0 {
+		fmt.Fprintln(stderr, "sluice serve: --shutdown-timeout and --watch must not be negative")
+		return 2
+	}
+	if *redisURL != "" {
+		// Checked here as the file's limits.redis_url is, and named as
+		// what set it; the messages redact the URL's passwords.
+		if msg := configs.CheckRedisURL(*redisURL); msg != "" {
+			fmt.Fprintf(stderr, "sluice serve: --redis-url (or SLUICE_REDIS_URL): %s\n", msg)
+			return 2
+		}
+		if c, err := redisClient(*redisURL, time.Second); err != nil {
+			fmt.Fprintf(stderr, "sluice serve: --redis-url (or SLUICE_REDIS_URL): %v\n", err)
+			return 2
+		} else {
+			_ = c.Close()
+		}
+	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
 		fmt.Fprintf(stderr, "sluice serve: --log-level: %v\n", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -77,7 +78,7 @@ func newLimitStore(c *configs.Config, redisURL string) (limitStore, error) {
 	}
 	client, err := redisClient(redisURL, c.Limits.Timeout.Std())
 	if err != nil {
-		return limitStore{}, err
+		return limitStore{}, fmt.Errorf("limits.redis_url: %w", err)
 	}
 	st, err := redisstore.New(client, redisstore.Options{KeyPrefix: c.Limits.KeyPrefix})
 	if err != nil {
@@ -106,16 +107,19 @@ func newLimiter(c *configs.Config, st limitStore, log *slog.Logger, reg promethe
 // bounded by timeout and never retried: a slow Redis must make the
 // limits fail open or closed, not hold requests.
 func redisClient(raw string, timeout time.Duration) (redis.UniversalClient, error) {
+	if msg := configs.CheckRedisURL(raw); msg != "" {
+		return nil, errors.New(msg)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("limits.redis_url: %w", err)
+		return nil, err
 	}
 	q := u.Query()
 	switch {
 	case q.Has("master_name"):
 		o, err := redis.ParseFailoverURL(raw)
 		if err != nil {
-			return nil, fmt.Errorf("limits.redis_url: %w", err)
+			return nil, err
 		}
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = 4*timeout, timeout, timeout, timeout, -1
 		o.ContextTimeoutEnabled = true
@@ -123,7 +127,7 @@ func redisClient(raw string, timeout time.Duration) (redis.UniversalClient, erro
 	case q.Has("addr"):
 		o, err := redis.ParseClusterURL(raw)
 		if err != nil {
-			return nil, fmt.Errorf("limits.redis_url: %w", err)
+			return nil, err
 		}
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = 4*timeout, timeout, timeout, timeout, -1
 		o.ContextTimeoutEnabled = true
@@ -131,7 +135,7 @@ func redisClient(raw string, timeout time.Duration) (redis.UniversalClient, erro
 	}
 	o, err := redis.ParseURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("limits.redis_url: %w", err)
+		return nil, err
 	}
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = 4*timeout, timeout, timeout, timeout, -1
 	o.ContextTimeoutEnabled = true

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/configs"
@@ -32,15 +33,22 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice validate: --config is required")
 		return 2
 	}
-	if err := loadAndBuild(*path); err != nil {
+	errs, notes := splitNotes(loadAndBuild(*path))
+	if len(errs) > 0 {
 		fmt.Fprintf(stderr, "%s: invalid\n", *path)
-		printErrors(stderr, err)
+		printErrors(stderr, errors.Join(errs...))
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", *path)
+	for _, n := range notes {
+		fmt.Fprintf(stdout, "  note: %v (serve needs it set)\n", n)
+	}
 	return 0
 }
 
+// loadAndBuild loads the config at path and builds what serve builds
+// from it before it connects anywhere: the routing table, the Redis
+// client's options, the Batch API's store choice.
 func loadAndBuild(path string) error {
 	c, err := configs.Load(path)
 	if err != nil {
@@ -51,7 +59,45 @@ func loadAndBuild(path string) error {
 		return err
 	}
 	_, _, err = buildTable(c, reg, backends.NewRegistry(), nil, nil)
-	return err
+	errs := []error{err}
+	if c.Limits.RedisURL != "" {
+		// go-redis reads the URL's options (db, pool sizes, master_name,
+		// ...) only here: one it does not know fails serve.
+		client, err := redisClient(c.Limits.RedisURL, c.Limits.Timeout.Std())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("limits.redis_url: %w", err))
+		} else {
+			_ = client.Close()
+		}
+	}
+	if c.Batch.Enabled && c.Batch.Store == "redis" && c.Limits.RedisURL == "" && os.Getenv("SLUICE_REDIS_URL") == "" {
+		errs = append(errs, &envUnsetError{configs.FieldError{Field: "batch.store",
+			Message: "redis needs limits.redis_url, --redis-url or SLUICE_REDIS_URL, and none is set here"}})
+	}
+	return errors.Join(errs...)
+}
+
+// splitNotes parts err's joined errors into problems and notes (settings
+// that name what this environment does not set).
+func splitNotes(err error) (errs, notes []error) {
+	var walk func(error)
+	walk = func(err error) {
+		var unset *envUnsetError
+		joined, isJoined := err.(interface{ Unwrap() []error })
+		switch {
+		case err == nil:
+		case isJoined:
+			for _, e := range joined.Unwrap() {
+				walk(e)
+			}
+		case errors.As(err, &unset):
+			notes = append(notes, err)
+		default:
+			errs = append(errs, err)
+		}
+	}
+	walk(err)
+	return errs, notes
 }
 
 // printErrors prints one line per joined error.

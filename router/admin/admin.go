@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -121,7 +122,9 @@ func Handler(rt Runtime, token string, status *Monitor) http.Handler {
 		var t target
 		dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 1<<16))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&t); err != nil || t.Model == "" || t.URL == "" {
+		// One object and nothing after it: a second one, or trailing
+		// text, is a malformed call, not one to act on in part.
+		if err := dec.Decode(&t); err != nil || t.Model == "" || t.URL == "" || dec.Decode(&struct{}{}) != io.EOF {
 			fail(w, http.StatusBadRequest, `want {"model": NAME, "url": URL[, "weight": N]}`)
 			return t, false
 		}
