@@ -63,6 +63,10 @@ func TestAdminAPI(t *testing.T) {
 	assert.Equal(t, http.StatusUnprocessableEntity, code, "an invalid change is refused whole")
 	code, _ = call("POST", "/admin/backends", "admin-secret", `{"model":"nope","url":"`+b.URL+`"}`)
 	assert.Equal(t, http.StatusNotFound, code)
+	// One object and nothing after it: a call with a second one is not
+	// carried out in part.
+	code, body = call("DELETE", "/admin/backends", "admin-secret", `{"model":"m","url":"`+b.URL+`"} {"model":"m","url":"`+a.URL+`"}`)
+	assert.Equal(t, http.StatusBadRequest, code, body)
 	require.Len(t, backends(), 2)
 
 	assert.Contains(t, logs.String(), `msg="backend added" model=m backend=`+b.URL, "the log names what changed")
