@@ -34,8 +34,11 @@ type Batch struct {
 	// MaxFileBytes caps an uploaded file (413 beyond). Default 200 MiB.
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
 	// MaxTenantBytes caps the bytes one tenant's files (uploads and
-	// batch outputs) hold in data_dir: an upload past it is refused
-	// (400 storage_limit_exceeded). Default 10 GiB; -1: no cap.
+	// batch outputs) hold in data_dir: an upload past it, and a batch
+	// created while the tenant is at or over it, are refused (400
+	// storage_limit_exceeded). Output files are written whatever the cap,
+	// so the batches a tenant has running may take it past. Default
+	// 10 GiB; -1: no cap.
 	MaxTenantBytes int64 `yaml:"max_tenant_bytes"`
 	// MaxLines caps the requests in one batch input file. Default 50000.
 	MaxLines int `yaml:"max_lines"`

@@ -4,7 +4,9 @@
 // /readyz and /metrics, and the request pipeline, one stage after
 // the other: authenticate (router/auth), parse, limit (policies/quota),
 // admit (policies/admission), pick (the model's policies.Picker), proxy
-// (router/proxy), settle.
+// (router/proxy), settle. A Batch API line is admitted before it is
+// limited, and takes no concurrency slot, so that one waiting in the
+// queue holds none of its tenant's limits.
 //
 // Contracts: the request body is parsed once for the few fields routing
 // needs and forwarded as received (the one edit: asking a stream for its

@@ -155,10 +155,25 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		}
 		ask.Output = policies.OutputEstimate(out, req.choices) // each of n completions may run to max_tokens
 	}
+	// A Batch API line is charged only once admission has bound it, and
+	// takes none of its tenant's concurrency slots (its runner bounds the
+	// lines it sends, batch.concurrency): flex waits up to 10 minutes in
+	// the queue, and lines that held their tenant's slots and tokens there
+	// had the tenant's own interactive requests, and its batch cancel,
+	// refused 429. Their requests and tokens still count.
+	lim, batchLine := tenant.Limits, admission.IsBatch(r.Context())
+	var ticket *admission.Ticket
+	if batchLine {
+		lim.Concurrency = 0
+		if ticket, err = rt.admit(r, rte, &preq, class, tenant, rec); err != nil {
+			return err
+		}
+	}
 	span := rt.stageSpan(r.Context(), "limit")
-	res, err := rt.limiter.Reserve(r.Context(), tenant.Name, tenant.Limits, ask)
+	res, err := rt.limiter.Reserve(r.Context(), tenant.Name, lim, ask)
 	endLimit(span, tenant, res, err)
 	if err != nil {
+		ticket.Release()
 		var re *quota.RejectError
 		if errors.As(err, &re) {
 			setRateHeaders(w.Header(), re.Decision)
@@ -166,10 +181,11 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		return err
 	}
 	setRateHeaders(w.Header(), res.Decision)
-	ticket, err := rt.admit(r, rte, &preq, class, tenant, rec)
-	if err != nil {
-		rt.limiter.Settle(res, quota.Amount{Requests: 1}) // never ran: its tokens come back
-		return err
+	if !batchLine {
+		if ticket, err = rt.admit(r, rte, &preq, class, tenant, rec); err != nil {
+			rt.limiter.Settle(res, quota.Amount{Requests: 1}) // never ran: its tokens come back
+			return err
+		}
 	}
 	rec.admitted(ticket)
 	defer ticket.Release()

@@ -388,10 +388,11 @@ func (rt *Router) counted(route string, h http.HandlerFunc) http.HandlerFunc {
 func (rt *Router) batchAPI(w http.ResponseWriter, r *http.Request) {
 	rec := requestRecord{start: rt.now()}
 	sw := &statusWriter{ResponseWriter: w}
+	route := apiRoute(r.URL.Path)
 	// Deferred: a download the client leaves ends the handler with a
 	// panic (http.ErrAbortHandler), and it is counted all the same.
 	defer func() {
-		rt.metrics.observe(apiRoute(r.URL.Path), cmp.Or(sw.status, http.StatusOK), rt.now().Sub(rec.start), &rec)
+		rt.metrics.observe(route, cmp.Or(sw.status, http.StatusOK), rt.now().Sub(rec.start), &rec)
 	}()
 	t, err := rt.tenants.Load().Authenticate(r)
 	if err != nil {
@@ -401,12 +402,19 @@ func (rt *Router) batchAPI(w http.ResponseWriter, r *http.Request) {
 	rec.tenant = t
 	if t != nil {
 		r = r.WithContext(auth.WithTenant(r.Context(), t))
-		if r.Method == http.MethodPost && rt.limiter != nil {
-			// An upload, a batch created or cancelled: one request against
-			// the tenant's request rate and concurrency (uploads were
-			// unlimited: 1,000 in 2 s from a key with a burst of 100, and
-			// thousands held open at once).
-			res, err := rt.limiter.Reserve(r.Context(), t.Name, t.Limits, quota.Amount{Requests: 1})
+		if r.Method == http.MethodPost && rt.limiter != nil && route != "/v1/batches/{id}/cancel" {
+			// An upload or a batch created: one request against the
+			// tenant's request rate (uploads were unlimited: 1,000 in 2 s
+			// from a key with a burst of 100), and an upload against its
+			// concurrency too (thousands were held open at once). A cancel
+			// is not limited, as reads are not: it is how a tenant stops a
+			// batch that uses its limits up (it was refused 429 while the
+			// batch's lines held every slot).
+			lim := t.Limits
+			if route != "/v1/files" {
+				lim.Concurrency = 0
+			}
+			res, err := rt.limiter.Reserve(r.Context(), t.Name, lim, quota.Amount{Requests: 1})
 			if err != nil {
 				var re *quota.RejectError
 				if errors.As(err, &re) {

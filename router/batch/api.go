@@ -39,7 +39,10 @@ type Options struct {
 	// MaxFileBytes caps an uploaded file (413 beyond). Default 200 MiB.
 	MaxFileBytes int64
 	// MaxTenantBytes caps the bytes of one tenant's files (uploads and
-	// outputs); an upload past it is refused. Zero or negative: no cap.
+	// outputs): an upload past it is refused, and so is a batch created
+	// while the tenant is at or over it. A batch's output and error files
+	// are written whatever the cap, so the batches a tenant has running
+	// may take it past. Zero or negative: no cap.
 	MaxTenantBytes int64
 	// MaxLines caps the requests in one input file. Default 50,000.
 	MaxLines int
@@ -478,6 +481,19 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, owner Owne
 	if f.Purpose != PurposeBatch {
 		return badRequest("input_file_id", "invalid_value",
 			"File %s has purpose %q; a batch's input is a file uploaded with purpose \"batch\".", f.ID, f.Purpose)
+	}
+	// A batch's output and error files are written whatever the cap (the
+	// fleet's work is never thrown away), so the cap is checked here: a
+	// tenant whose files, outputs included, are at or over it creates no
+	// more batches (creates went on, and their outputs past the cap). The
+	// tenant may still pass it by the outputs of the batches it has
+	// running.
+	held, err := s.tenantBytes(ctx, owner.Tenant)
+	if err != nil {
+		return err
+	}
+	if err := s.overStorage(held, 0, "", "create batches"); err != nil {
+		return err
 	}
 	now := s.o.Now()
 	b := BatchMeta{ID: newID("batch_"), Owner: owner.Tenant, Tier: owner.Tier, Endpoint: req.Endpoint,

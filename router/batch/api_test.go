@@ -457,3 +457,75 @@ func TestBadRangeIsJSON(t *testing.T) {
 	assert.Equal(t, http.StatusPartialContent, res.StatusCode, "a valid range is served")
 	assert.Len(t, b, 10)
 }
+
+// TestCreateRefusedAtStorageCap: a tenant whose files, its batches'
+// outputs included, hold MaxTenantBytes creates no more batches until it
+// deletes some (creates went on, and wrote outputs past the cap).
+func TestCreateRefusedAtStorageCap(t *testing.T) {
+	lines := chatLines(3, model, 4)
+	capped := int64(len(lines)) + 1 // the input fits; its batch's output takes the tenant past the cap
+	f := start(t, setup{svc: batch.Options{MaxTenantBytes: capped}})
+	ctx := context.Background()
+	acme := f.client(t, "sk-acme")
+	in := upload(t, acme, lines)
+	first := await(t, acme, create(t, acme, in.ID, openai.BatchNewParamsEndpointV1ChatCompletions).ID, openai.BatchStatusCompleted)
+	require.NotEmpty(t, first.OutputFileID)
+
+	_, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: in.ID,
+		Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+	msg := apiError(t, err, http.StatusBadRequest, "storage_limit_exceeded")
+	assert.Contains(t, msg, fmt.Sprintf("of the %d bytes you may keep", capped))
+	assert.Contains(t, msg, "to create batches")
+	list, err := acme.Batches.List(ctx, openai.BatchListParams{})
+	require.NoError(t, err)
+	assert.Len(t, list.Data, 1, "the refused batch is not kept")
+
+	_, err = acme.Files.Delete(ctx, first.OutputFileID)
+	require.NoError(t, err)
+	create(t, acme, in.ID, openai.BatchNewParamsEndpointV1ChatCompletions)
+}
+
+// TestBatchObjectHasEveryKey: a batch object carries every key of
+// OpenAI's at every status, null while unknown (model and usage were
+// left out until the batch was validated and had ended).
+func TestBatchObjectHasEveryKey(t *testing.T) {
+	f := start(t, setup{})
+	f.stopRunner() // the batch stays validating
+	acme := f.client(t, "sk-acme")
+	b := create(t, acme, upload(t, acme, chatLines(1, model, 4)).ID, openai.BatchNewParamsEndpointV1ChatCompletions)
+
+	keys := []string{"id", "object", "endpoint", "model", "errors", "input_file_id", "completion_window", "status",
+		"output_file_id", "error_file_id", "created_at", "in_progress_at", "expires_at", "finalizing_at", "completed_at",
+		"failed_at", "expired_at", "cancelling_at", "cancelled_at", "request_counts", "metadata", "usage"}
+	unknown := []string{"model", "errors", "output_file_id", "error_file_id", "in_progress_at", "finalizing_at",
+		"completed_at", "failed_at", "expired_at", "cancelling_at", "cancelled_at", "usage"}
+	for _, path := range []string{"/v1/batches/" + b.ID, "/v1/batches"} {
+		req, err := http.NewRequest(http.MethodGet, f.url+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk-acme")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var body struct {
+			Data []map[string]any `json:"data"`
+		}
+		var obj map[string]any
+		raw, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		require.Equal(t, http.StatusOK, res.StatusCode, string(raw))
+		if path == "/v1/batches" {
+			require.NoError(t, json.Unmarshal(raw, &body))
+			require.Len(t, body.Data, 1)
+			obj = body.Data[0]
+		} else {
+			require.NoError(t, json.Unmarshal(raw, &obj))
+		}
+		for _, k := range keys {
+			assert.Contains(t, obj, k, "%s: key %s", path, k)
+		}
+		for _, k := range unknown {
+			assert.Nil(t, obj[k], "%s: %s is not known yet", path, k)
+		}
+		assert.Len(t, obj, len(keys), "%s: no other key", path)
+	}
+}

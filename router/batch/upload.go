@@ -28,7 +28,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request, owner Owner, _ 
 	if err != nil {
 		return err
 	}
-	if err := s.overStorage(held, 0); err != nil {
+	if err := s.overStorage(held, 0, "file", "upload more"); err != nil {
 		return err // before a byte is read
 	}
 	pace := &paced{r: r.Body, rc: http.NewResponseController(w), idle: s.o.UploadIdle}
@@ -138,7 +138,7 @@ func (s *Service) save(ctx context.Context, f FileMeta) error {
 	if err != nil {
 		return err
 	}
-	if err := s.overStorage(held, f.Bytes); err != nil {
+	if err := s.overStorage(held, f.Bytes, "file", "upload more"); err != nil {
 		return err
 	}
 	return s.o.Store.SaveFile(ctx, f)
@@ -255,8 +255,10 @@ func (s *Service) tenantBytes(ctx context.Context, tenant string) (int64, error)
 }
 
 // overStorage refuses a file of size beside held bytes past the tenant's
-// cap (uploads had none: one key could fill the disk).
-func (s *Service) overStorage(held, size int64) error {
+// cap (uploads had none: one key could fill the disk), or with size 0
+// anything more once held is at the cap; the error names param and what
+// deleting files lets the tenant do (to).
+func (s *Service) overStorage(held, size int64, param, to string) error {
 	if s.o.MaxTenantBytes <= 0 || held+size <= s.o.MaxTenantBytes && held < s.o.MaxTenantBytes {
 		return nil
 	}
@@ -264,5 +266,5 @@ func (s *Service) overStorage(held, size int64) error {
 	if size > 0 {
 		what += "; this upload of " + formatBytes(size) + " would pass it"
 	}
-	return badRequest("file", "storage_limit_exceeded", "%s. Delete files (DELETE /v1/files/{id}) to upload more.", what)
+	return badRequest(param, "storage_limit_exceeded", "%s. Delete files (DELETE /v1/files/{id}) to %s.", what, to)
 }

@@ -32,11 +32,14 @@ type fileDeleted struct {
 	Deleted bool   `json:"deleted"`
 }
 
+// batchObject has every key of OpenAI's Batch object at every status, as
+// OpenAI's answers do: a value not known yet is null (model until the
+// input is validated, usage until the batch ends), never a missing key.
 type batchObject struct {
 	ID               string            `json:"id"`
 	Object           string            `json:"object"`
 	Endpoint         string            `json:"endpoint"`
-	Model            string            `json:"model,omitempty"`
+	Model            *string           `json:"model"`
 	Errors           *batchErrors      `json:"errors"`
 	InputFileID      string            `json:"input_file_id"`
 	CompletionWindow string            `json:"completion_window"`
@@ -54,7 +57,7 @@ type batchObject struct {
 	CancelledAt      *int64            `json:"cancelled_at"`
 	RequestCounts    requestCounts     `json:"request_counts"`
 	Metadata         map[string]string `json:"metadata"`
-	Usage            *batchUsage       `json:"usage,omitempty"`
+	Usage            *batchUsage       `json:"usage"`
 }
 
 type batchErrors struct {
@@ -84,12 +87,15 @@ type batchUsage struct {
 }
 
 func toBatchObject(b BatchMeta, c Counts) batchObject {
-	o := batchObject{ID: b.ID, Object: "batch", Endpoint: b.Endpoint, Model: b.Model, InputFileID: b.InputFileID,
+	o := batchObject{ID: b.ID, Object: "batch", Endpoint: b.Endpoint, InputFileID: b.InputFileID,
 		CompletionWindow: b.CompletionWindow, Status: b.Status, CreatedAt: b.CreatedAt, Metadata: b.Metadata,
 		InProgressAt: opt(b.InProgressAt), ExpiresAt: opt(b.ExpiresAt), FinalizingAt: opt(b.FinalizingAt),
 		CompletedAt: opt(b.CompletedAt), FailedAt: opt(b.FailedAt), ExpiredAt: opt(b.ExpiredAt),
 		CancellingAt: opt(b.CancellingAt), CancelledAt: opt(b.CancelledAt),
 		RequestCounts: requestCounts{Total: c.Total, Completed: c.Completed, Failed: c.Failed}}
+	if b.Model != "" {
+		o.Model = &b.Model
+	}
 	if b.OutputFileID != "" {
 		o.OutputFileID = &b.OutputFileID
 	}
