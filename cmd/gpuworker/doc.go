@@ -13,4 +13,8 @@
 // Workers listen on consecutive ports starting at the --listen port. The
 // process stops cleanly on SIGINT or SIGTERM. It only wires flags to package
 // gpuworker and holds no simulation logic.
+//
+// As cmd/sluice, it exits 0 after -h, 2 for a wrong command line (an unknown
+// flag, a bad value such as --speedup 0 or an unknown --profile) and 1 when
+// a run fails (an unreadable --profiles file, a port it cannot bind).
 package main

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +27,14 @@ import (
 // shutdownTimeout bounds how long in-flight responses get to finish.
 const shutdownTimeout = 10 * time.Second
 
+// Exit codes, as cmd/sluice's: a wrong command line exits 2, a run that
+// fails (a file that cannot be read, a port that cannot be bound) exits 1.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
 func main() { os.Exit(run()) }
 
 func run() int {
@@ -35,13 +46,16 @@ func run() int {
 // config holds the parsed flags.
 type config struct {
 	listen       string
+	host         string // parsed --listen
+	port         int    // parsed --listen
 	count        int
 	opts         gpuworker.Options
 	listProfiles bool
 	profilesFile string
-	profiles     gpuworker.ProfileSet
 }
 
+// parseFlags parses the command line and checks the values that need no
+// file: every error it returns is a usage error.
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("gpuworker", flag.ContinueOnError)
@@ -50,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.count, "count", 1, "number of workers")
 	fs.StringVar(&c.opts.Model, "model", "", "served model name (required)")
 	fs.StringVar(&c.opts.Profile, "profile", gpuworker.InstantProfile, "GPU x model profile, see --list-profiles")
-	fs.Float64Var(&c.opts.Speedup, "speedup", 1, "run simulated time this many times faster than the wall clock")
+	fs.Float64Var(&c.opts.Speedup, "speedup", 1, "run simulated time this many times faster than the wall clock (a positive number; below 1 runs slower)")
 	fs.Int64Var(&c.opts.Seed, "seed", 0, "seed for output lengths and texts")
 	fs.BoolVar(&c.listProfiles, "list-profiles", false, "print the profiles (built-in and --profiles) and exit")
 	fs.StringVar(&c.profilesFile, "profiles", "", "YAML file of extra profiles, usable with --profile")
@@ -66,36 +80,60 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	c.profiles = gpuworker.NewProfileSet(nil)
-	if c.profilesFile != "" {
-		set, err := loadProfiles(c.profilesFile)
-		if err != nil {
-			return c, err
-		}
-		c.profiles = set
-	}
 	if c.listProfiles {
 		return c, nil
 	}
-	prof, err := c.profiles.Lookup(c.opts.Profile)
-	if err != nil {
-		return c, fmt.Errorf("--profile: %w", err)
-	}
-	c.opts.CustomProfile = &prof
-	if err := c.opts.Faults.Validate(); err != nil {
-		return c, err
+	var errs []error
+	if c.opts.Model == "" {
+		errs = append(errs, errors.New("--model is required"))
 	}
 	if c.count < 1 {
-		return c, fmt.Errorf("--count must be at least 1, got %d", c.count)
+		errs = append(errs, fmt.Errorf("--count must be at least 1, got %d", c.count))
 	}
-	if c.opts.Model == "" {
-		return c, errors.New("--model is required")
+	// Options.Speedup takes 0 for 1, but "0 times faster" on the command
+	// line is a mistake, not a request for the default.
+	if !(c.opts.Speedup > 0) || math.IsInf(c.opts.Speedup, 0) {
+		errs = append(errs, fmt.Errorf("--speedup must be a positive number, got %v", c.opts.Speedup))
 	}
-	return c, nil
+	host, portText, err := net.SplitHostPort(c.listen)
+	if err == nil {
+		c.host = host
+		c.port, err = strconv.Atoi(portText)
+		if err == nil && (c.port < 0 || c.port > 65535 || c.port > 0 && c.port+c.count-1 > 65535) {
+			err = fmt.Errorf("ports %d to %d (--count %d) are not all in 0..65535", c.port, c.port+max(c.count, 1)-1, c.count)
+		}
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--listen %q: %w", c.listen, err))
+	}
+	if err := c.opts.Faults.Validate(); err != nil {
+		errs = append(errs, faultFlagErrors(err))
+	}
+	return c, errors.Join(errs...)
 }
 
-// loadProfiles reads a --profiles file.
+// faultFlagErrors names each bad fault in err by its flag (--error-rate)
+// rather than by the JSON field of /admin/faults (error_rate).
+func faultFlagErrors(err error) error {
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = slices.Clone(joined.Unwrap())
+	}
+	for i, e := range errs {
+		var fe *gpuworker.FaultError
+		if errors.As(e, &fe) {
+			errs[i] = fmt.Errorf("--%s %s", strings.ReplaceAll(fe.Field, "_", "-"), fe.Reason)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loadProfiles returns the built-in profiles plus those of the --profiles
+// file, if any.
 func loadProfiles(path string) (gpuworker.ProfileSet, error) {
+	if path == "" {
+		return gpuworker.NewProfileSet(nil), nil
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return gpuworker.ProfileSet{}, fmt.Errorf("--profiles: %w", err)
@@ -108,30 +146,68 @@ func loadProfiles(path string) (gpuworker.ProfileSet, error) {
 	return set, nil
 }
 
+// resolve sets the profile --profile names and checks the options every
+// worker is built with; its errors are usage errors. gpuworker.New starts
+// nothing and holds nothing to release, so building one worker here checks
+// every option (--dialect among them) before any port is bound.
+func (c *config) resolve(profiles gpuworker.ProfileSet) error {
+	prof, err := profiles.Lookup(c.opts.Profile)
+	if errors.Is(err, gpuworker.ErrUnknownProfile) {
+		return fmt.Errorf("--profile %q: unknown profile; --list-profiles prints them", c.opts.Profile)
+	}
+	if err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	c.opts.CustomProfile = &prof
+	_, err = gpuworker.New(c.opts)
+	if errors.Is(err, gpuworker.ErrUnknownDialect) {
+		return fmt.Errorf("--dialect %q: want %s, %s or %s", c.opts.Dialect, gpuworker.DialectVLLM, gpuworker.DialectSGLang, gpuworker.DialectTGI)
+	}
+	return err
+}
+
+// printError prints err, one line per joined error, each with the
+// command's prefix. Package gpuworker's errors carry the same prefix, so it
+// is dropped from them rather than doubled.
+func printError(w io.Writer, err error) {
+	for line := range strings.Lines(err.Error()) {
+		fmt.Fprintln(w, "gpuworker:", strings.TrimPrefix(strings.TrimSuffix(line, "\n"), "gpuworker: "))
+	}
+}
+
 // serve runs the command until ctx is done. ready, if not nil, receives the
 // listening addresses once every worker accepts connections.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready func([]string)) int {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return 0
+		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "gpuworker:", err)
-		return 2
+		printError(stderr, err)
+		return exitUsage
+	}
+	profiles, err := loadProfiles(cfg.profilesFile)
+	if err != nil {
+		printError(stderr, err)
+		return exitError
 	}
 	if cfg.listProfiles {
-		if err := listProfiles(stdout, cfg.profiles); err != nil {
-			fmt.Fprintln(stderr, "gpuworker:", err)
-			return 1
+		if err := listProfiles(stdout, profiles); err != nil {
+			printError(stderr, err)
+			return exitError
 		}
-		return 0
+		return exitOK
+	}
+	if err := cfg.resolve(profiles); err != nil {
+		printError(stderr, err)
+		return exitUsage
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if err := runWorkers(ctx, cfg, log, ready); err != nil {
 		log.Error("gpuworker failed", "err", err)
-		return 1
+		return exitError
 	}
-	return 0
+	return exitOK
 }
 
 // listProfiles prints each profile with its derived capacity and speed.
@@ -151,15 +227,7 @@ func listProfiles(out io.Writer, set gpuworker.ProfileSet) error {
 // runWorkers listens on consecutive ports, serves until ctx is done, then
 // shuts every server down and waits for every Run loop.
 func runWorkers(ctx context.Context, cfg config, log *slog.Logger, ready func([]string)) error {
-	host, portText, err := net.SplitHostPort(cfg.listen)
-	if err != nil {
-		return fmt.Errorf("--listen %q: %w", cfg.listen, err)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil {
-		return fmt.Errorf("--listen %q: bad port: %w", cfg.listen, err)
-	}
-
+	host, port := cfg.host, cfg.port
 	var (
 		workers   []*gpuworker.Worker
 		listeners []net.Listener

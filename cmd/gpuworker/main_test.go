@@ -32,28 +32,56 @@ func TestListProfiles(t *testing.T) {
 	}
 }
 
+// A wrong command line exits 2 and a run that fails exits 1, as
+// cmd/sluice does; each message names the flag once, with one "gpuworker:"
+// prefix.
 func TestBadFlags(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
 	tests := []struct {
 		name string
 		args []string
+		code int
+		want string
 	}{
-		{"no model", []string{"--listen", "127.0.0.1:0"}},
-		{"zero count", []string{"--model", "m", "--count", "0"}},
-		{"bad listen", []string{"--model", "m", "--listen", "nope"}},
-		{"unknown profile", []string{"--model", "m", "--listen", "127.0.0.1:0", "--profile", "tpu"}},
-		{"unknown flag", []string{"--bogus"}},
-		{"unknown dialect", []string{"--model", "m", "--listen", "127.0.0.1:0", "--dialect", "triton"}},
-		{"error rate above one", []string{"--model", "m", "--error-rate", "2"}},
-		{"bad error status", []string{"--model", "m", "--error-status", "404"}},
-		{"negative stall", []string{"--model", "m", "--stall-after", "-1"}},
-		{"missing profiles file", []string{"--model", "m", "--profiles", "/nonexistent/profiles.yaml"}},
+		{"no model", []string{"--listen", "127.0.0.1:0"}, 2, "gpuworker: --model is required"},
+		{"zero count", []string{"--model", "m", "--count", "0"}, 2, "gpuworker: --count must be at least 1, got 0"},
+		{"bad listen", []string{"--model", "m", "--listen", "nope"}, 2, `gpuworker: --listen "nope": address nope: missing port in address`},
+		{"port out of range", []string{"--model", "m", "--listen", "127.0.0.1:65535", "--count", "2"}, 2, "ports 65535 to 65536 (--count 2) are not all in 0..65535"},
+		{"unknown profile", []string{"--model", "m", "--listen", "127.0.0.1:0", "--profile", "tpu"}, 2, `gpuworker: --profile "tpu": unknown profile`},
+		{"unknown flag", []string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{"unexpected argument", []string{"--model", "m", "extra"}, 2, "gpuworker: unexpected arguments: [extra]"},
+		{"unknown dialect", []string{"--model", "m", "--listen", "127.0.0.1:0", "--dialect", "triton"}, 2, `gpuworker: --dialect "triton": want vllm, sglang or tgi`},
+		{"error rate above one", []string{"--model", "m", "--error-rate", "2"}, 2, "gpuworker: --error-rate must be in [0, 1], got 2"},
+		{"bad error status", []string{"--model", "m", "--error-status", "404"}, 2, "gpuworker: --error-status must be in [500, 599], got 404"},
+		{"negative stall", []string{"--model", "m", "--stall-after", "-1"}, 2, "gpuworker: --stall-after must not be negative, got -1"},
+		{"two faults", []string{"--model", "m", "--stall-after", "-1", "--crash-after", "-2"}, 2, "gpuworker: --stall-after must not be negative, got -1\ngpuworker: --crash-after must not be negative, got -2"},
+		{"zero speedup", []string{"--model", "m", "--listen", "127.0.0.1:0", "--speedup", "0"}, 2, "gpuworker: --speedup must be a positive number, got 0"},
+		{"negative speedup", []string{"--model", "m", "--listen", "127.0.0.1:0", "--speedup", "-1"}, 2, "gpuworker: --speedup must be a positive number, got -1"},
+		{"missing profiles file", []string{"--model", "m", "--profiles", "/nonexistent/profiles.yaml"}, 1, "gpuworker: --profiles: open /nonexistent/profiles.yaml: no such file or directory"},
+		{"port in use", []string{"--model", "m", "--listen", busy.Addr().String()}, 1, "address already in use"},
 	}
+	// A context already done: a row that wrongly starts its workers shuts
+	// them down at once (exit 0) rather than serving until the timeout.
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			assert.NotZero(t, serve(t.Context(), tt.args, &out, &errOut, nil))
-			assert.NotEmpty(t, errOut.String())
+			assert.Equal(t, tt.code, serve(done, tt.args, &out, &errOut, nil), errOut.String())
+			assert.Contains(t, errOut.String(), tt.want)
+			assert.NotContains(t, errOut.String(), "gpuworker: gpuworker:")
+			assert.NotContains(t, errOut.String(), "worker listening", "nothing starts")
 		})
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	for _, h := range []string{"-h", "--help"} {
+		var out, errOut bytes.Buffer
+		assert.Equal(t, 0, serve(t.Context(), []string{h}, &out, &errOut, nil))
+		assert.Contains(t, errOut.String(), "-speedup")
 	}
 }
 

@@ -36,9 +36,15 @@ type admissionFlags struct {
 	waits      [admission.NumClasses]time.Duration // parsed --max-wait
 	budgetAll  int                                 // --budget N
 	budgetByPr map[string]int                      // --budget PROFILE=N,...
+
+	// registeredOn is the flag set register added the flags to; it tells
+	// the flags a user gave from defaults, since an admit-stage flag given
+	// without --admission is an error even at its default value.
+	registeredOn *flag.FlagSet
 }
 
 func (a *admissionFlags) register(fs *flag.FlagSet) {
+	a.registeredOn = fs
 	fs.BoolVar(&a.admit, "admission", false, "run the policy rows through admission control: each worker takes at most its budget of requests in flight, the rest wait in one queue (by service class, then token-fair between tenants, then arrival) and are bound to a worker only when it has room (late binding); a request that waits past its class's maximum, or that a full queue pushes out (flex first), is shed. The oracle row is unchanged")
 	fs.StringVar(&a.maxWait, "max-wait", "", "with --admission, each class's longest wait, e.g. priority=30s,flex=10m (defaults: priority 30s, default 2m, flex 10m; a negative duration means no limit)")
 	fs.StringVar(&a.budget, "budget", "", "with --admission, every worker's budget of requests in flight (`N`), or per profile (PROFILE=N,...); default: the batch a saturated worker runs for this workload, plus one step's prompts (fleet.DefaultBudgets)")
@@ -53,17 +59,40 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.queueMax, "queue-max", 0, "with --admission, the most requests that may wait; a full queue sheds flex first (default 100000)")
 }
 
-// validate parses --max-wait and --budget.
-func (a *admissionFlags) validate() error {
+// validate parses --max-wait and --budget, and rejects a flag given where
+// it would have no effect. batch says whether --batch is given.
+func (a *admissionFlags) validate(batch bool) error {
 	var errs []error
-	if !a.admit && (a.maxWait != "" || a.budget != "" || a.queueMax != 0 || a.pendingPrefill != 0) {
-		errs = append(errs, errors.New("--max-wait, --budget, --queue-max and --max-pending-prefill need --admission"))
+	given := map[string]bool{}
+	if a.registeredOn != nil {
+		a.registeredOn.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	}
+	if !a.admit {
+		// Every flag of the admit stage, in the order the error names them.
+		var names []string
+		for _, name := range []string{"max-wait", "budget", "queue-max", "max-pending-prefill", "prefill-steps",
+			"same-step", "release-at-step", "max-detour", "kv-max", "batch-prefill", "tenant-weights"} {
+			if given[name] {
+				names = append(names, "--"+name)
+			}
+		}
+		switch len(names) {
+		case 0:
+		case 1:
+			errs = append(errs, fmt.Errorf("%s needs --admission", names[0]))
+		default:
+			last := len(names) - 1
+			errs = append(errs, fmt.Errorf("%s and %s need --admission", strings.Join(names[:last], ", "), names[last]))
+		}
 	}
 	if a.pendingPrefill < 0 {
 		errs = append(errs, errors.New("--max-pending-prefill must not be negative (0 is off)"))
 	}
-	if !a.admit && a.weights != "" {
-		errs = append(errs, errors.New("--tenant-weights needs --admission"))
+	if a.releaseAtStep && a.pendingPrefill == 0 {
+		errs = append(errs, errors.New("--release-at-step needs --max-pending-prefill: it changes how long a prompt counts toward that bound, which is off"))
+	}
+	if given["batch-prefill"] && !batch {
+		errs = append(errs, errors.New("--batch-prefill needs --batch: it bounds the batch's lines"))
 	}
 	if a.weights != "" {
 		shares, err := parseShares(a.weights)

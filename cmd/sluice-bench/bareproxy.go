@@ -19,12 +19,23 @@ import (
 // flushing events as they arrive) and nothing Sluice adds (no parsing,
 // tenants, limits, admission, routing, metrics or tracing).
 func bareproxyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bareproxy", flag.ContinueOnError)
+	fs := flag.NewFlagSet("sluice-bench bareproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: sluice-bench bareproxy --target URL [--listen ADDR]
+
+Serves a bare httputil.ReverseProxy in front of one target until
+interrupted: the Go floor "make bench-overhead" measures Sluice's cost
+against.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	listen := fs.String("listen", "127.0.0.1:8090", "address to serve on")
-	target := fs.String("target", "", "base URL to proxy to (required)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	target := fs.String("target", "", "base `URL` to proxy to (required)")
+	if code, done := parseArgs(fs, args, stderr); done {
+		return code
 	}
 	u, err := url.Parse(*target)
 	if *target == "" || err != nil || u.Host == "" {

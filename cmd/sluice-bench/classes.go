@@ -42,7 +42,7 @@ const (
 )
 
 func (c *classFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.mix, "mix", "", "service classes (OpenAI service_tier: priority, default, flex) drawn at random per request in these `shares`, e.g. priority=0.3,flex=0.7 (seeded by --seed); the report is then split by class. Empty: every request is default")
+	fs.StringVar(&c.mix, "mix", "", "service classes (OpenAI service_tier: priority, default, flex) drawn at random per request in these `shares`, e.g. priority=0.3,flex=0.7 (seeded by --seed); the report is then split by class. Shares are weights normalized to their sum, so priority=0.3 alone makes every request priority (write priority=0.3,default=0.7 for the rest to be default). Empty: every request is default")
 	fs.StringVar(&c.tenants, "tenants", "", "tenants of one tier drawn at random per request so that their token shares are in these `proportions`, e.g. heavy=10,light=1 (seeded by --seed; equal weights); the report is then split by tenant")
 	fs.StringVar(&c.onlyTenant, "only-tenant", "", "with --tenants, only this `tenant`'s requests, at the times and sizes they have beside the others: the tenant's run alone")
 }

@@ -279,6 +279,8 @@ func (f *loadFlags) validate() error {
 	var errs []error
 	if f.target == "" {
 		errs = append(errs, errors.New("--target is required"))
+	} else if err := loadgen.CheckTarget(f.target); err != nil {
+		errs = append(errs, fmt.Errorf("--target: %w", err))
 	}
 	if f.model == "" {
 		errs = append(errs, errors.New("--model is required"))
@@ -467,6 +469,13 @@ func loadRate(capacity, load float64) (float64, error) {
 // readTrace reads a trace file in format, or in the format its extension
 // names.
 func readTrace(path, format string) ([]workload.Request, error) {
+	// Open the file first: a file that is not there is the error to report,
+	// not that its name has no extension to tell its format.
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read trace: %w", err)
+	}
+	defer file.Close()
 	if format == "" {
 		switch strings.ToLower(filepath.Ext(path)) {
 		case ".csv":
@@ -486,11 +495,6 @@ func readTrace(path, format string) ([]workload.Request, error) {
 	default:
 		return nil, fmt.Errorf("--trace-format %q: want azure or mooncake", format)
 	}
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open trace: %w", err)
-	}
-	defer file.Close()
 	reqs, err := read(file)
 	if err != nil {
 		return nil, fmt.Errorf("trace %s: %w", path, err)

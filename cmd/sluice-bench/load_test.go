@@ -138,8 +138,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		{"bad flag", []string{"load", "--rate", "fast"}, exitUsage, "invalid value"},
 		{"extra arg", []string{"load", "--target", "http://x", "--model", "m", "--rate", "1", "oops"}, exitUsage, `unexpected argument "oops"`},
 		{"bad target", []string{"load", "--target", "x", "--model", "m", "--rate", "1"}, exitUsage, "want an http or https URL"},
-		{"bad format", []string{"load", "--target", "http://x", "--model", "m", "--trace", "t.txt"}, exitError, "cannot tell the format"},
-		{"missing trace", []string{"load", "--target", "http://x", "--model", "m", "--trace", "nope.csv"}, exitError, "open trace"},
+		{"missing trace", []string{"load", "--target", "http://x", "--model", "m", "--trace", "nope.csv"}, exitError, "cannot read trace: open nope.csv: no such file"},
 		{"format without trace", []string{"load", "--target", "http://x", "--model", "m", "--rate", "1", "--trace-format", "azure"}, exitUsage, "--trace-format needs --trace"},
 	}
 	for _, tt := range tests {
@@ -147,6 +146,37 @@ func TestLoadUsageErrors(t *testing.T) {
 			code, _, stderr := runCLI(t, tt.args...)
 			assert.Equal(t, tt.code, code)
 			assert.Contains(t, stderr, tt.want)
+		})
+	}
+}
+
+// A command line that cannot run fails before the workload is built and
+// described, and a trace that is not there is reported as such, not as a
+// name whose extension tells no format.
+func TestLoadRejectsBeforeTheWorkload(t *testing.T) {
+	dir := t.TempDir()
+	noExt := filepath.Join(dir, "trace")
+	txt := filepath.Join(dir, "t.txt")
+	require.NoError(t, os.WriteFile(txt, []byte("x\n"), 0o600))
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"not a URL", []string{"load", "--target", "notaurl", "--model", "m", "--rate", "1"}, exitUsage, `--target: target "notaurl": want an http or https URL`},
+		{"second target not a URL", []string{"load", "--target", "http://127.0.0.1:1,ftp://x", "--model", "m", "--rate", "1"}, exitUsage, `target "ftp://x": want an http or https URL`},
+		{"missing trace without extension", []string{"load", "--target", "http://x", "--model", "m", "--trace", noExt}, exitError, "cannot read trace: open " + noExt + ": no such file or directory"},
+		{"simulate missing trace", []string{"simulate", "--fleet", "h100-llama3-8b", "--trace", noExt}, exitError, "cannot read trace: open " + noExt + ": no such file or directory"},
+		{"unknown extension", []string{"load", "--target", "http://x", "--model", "m", "--trace", txt}, exitError, "cannot tell the format from the extension"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tt.args...)
+			assert.Equal(t, tt.code, code, stderr)
+			assert.Contains(t, stderr, tt.want)
+			assert.NotContains(t, stderr, "requests over", "nothing is described before the error")
+			assert.Empty(t, stdout)
 		})
 	}
 }

@@ -153,7 +153,7 @@ func (f *simFlags) validate() error {
 	if err := f.classFlags.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := f.admissionFlags.validate(); err != nil {
+	if err := f.admissionFlags.validate(f.batch.file != ""); err != nil {
 		errs = append(errs, err)
 	}
 	if err := f.batch.validate(f); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -84,6 +85,47 @@ func TestSimulateUsageErrors(t *testing.T) {
 	}
 	code, _, _ := runCLI(t, "simulate", "--fleet", "instant", "--synthetic", "--load", "1")
 	assert.Equal(t, exitError, code, "--load needs a finite capacity")
+}
+
+// Every flag of the admit stage given without --admission is an error, even
+// at its default value, and so is a flag whose companion is missing; none is
+// silently ignored. --requests keeps a run that wrongly passed short.
+func TestSimulateAdmissionFlagsNeedTheirCompanions(t *testing.T) {
+	base := []string{"simulate", "--fleet", "h100-llama3-8b", "--synthetic", "--requests", "50"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"same-step", []string{"--same-step"}, "--same-step needs --admission"},
+		{"same-step false", []string{"--same-step=false"}, "--same-step needs --admission"},
+		{"release-at-step", []string{"--release-at-step"}, "--release-at-step needs --admission"},
+		{"kv-max", []string{"--kv-max", "0.5"}, "--kv-max needs --admission"},
+		{"kv-max default", []string{"--kv-max", "0"}, "--kv-max needs --admission"},
+		{"max-detour", []string{"--max-detour", "2s"}, "--max-detour needs --admission"},
+		{"prefill-steps", []string{"--prefill-steps", "2"}, "--prefill-steps needs --admission"},
+		{"batch-prefill", []string{"--batch-prefill", "10ms"}, "--batch-prefill needs --admission"},
+		{"max-wait", []string{"--max-wait", "flex=1m"}, "--max-wait needs --admission"},
+		{"budget", []string{"--budget", "4"}, "--budget needs --admission"},
+		{"queue-max", []string{"--queue-max", "10"}, "--queue-max needs --admission"},
+		{"max-pending-prefill", []string{"--max-pending-prefill", "50ms"}, "--max-pending-prefill needs --admission"},
+		{"tenant-weights", []string{"--tenants", "a=1,b=1", "--tenant-weights", "a=2"}, "--tenant-weights needs --admission"},
+		{"several", []string{"--kv-max", "0.5", "--same-step", "--budget", "4"}, "--budget, --same-step and --kv-max need --admission"},
+		{"release-at-step without max-pending-prefill", []string{"--admission", "--release-at-step"}, "--release-at-step needs --max-pending-prefill"},
+		{"release-at-step with max-pending-prefill off", []string{"--admission", "--release-at-step", "--max-pending-prefill", "0"}, "--release-at-step needs --max-pending-prefill"},
+		{"batch-prefill without batch", []string{"--admission", "--batch-prefill", "10ms"}, "--batch-prefill needs --batch"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, append(slices.Clone(base), tt.args...)...)
+			assert.Equal(t, exitUsage, code, stderr)
+			assert.Contains(t, stderr, tt.want)
+			assert.Empty(t, stdout)
+		})
+	}
+	f := parseSim(t, "--fleet", "h100-llama3-8b", "--synthetic", "--admission", "--max-pending-prefill", "50ms", "--release-at-step",
+		"--same-step", "--kv-max", "0.9", "--max-detour", "2s", "--prefill-steps", "2")
+	assert.True(t, f.releaseAtStep, "with its companions the flag is accepted")
 }
 
 func TestRescaleResult(t *testing.T) {

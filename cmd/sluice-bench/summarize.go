@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/sluice-llm/sluice/configs"
@@ -33,7 +34,8 @@ figure (least_request, p2c, capacity-weighted weighted): p50 TTFT and
 goodput (ratio to the best; at most 1.1 and at least 0.9 are within 10%),
 p99 TTFT (below 1 is ahead), p99 TPOT, the reference (oracle) p99 TTFT, the
 prefix-cache hit ratio against round_robin's, and the lowest fleet
-utilization of any policy against round_robin's, naming that policy.
+utilization of any policy against round_robin's, naming that policy. A
+file that is not a simulate output (a load or sweep report) is an error.
 `)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -62,6 +64,13 @@ utilization of any policy against round_robin's, naming that policy.
 	return exitOK
 }
 
+// errNotSimOutput says what summarize reads, for a file that is not it.
+var errNotSimOutput = errors.New(`not a "sluice-bench simulate --json" output: want a JSON object with "fleet" and a "results" row per policy`)
+
+// readSimOutput reads one simulate --json output. Any JSON decodes into
+// simOutput, so it also checks that the file has what summarize compares: a
+// fleet and at least one policy row. Without the check a load or sweep
+// output printed an empty row and passed.
 func readSimOutput(name string) (simOutput, error) {
 	var out simOutput
 	b, err := os.ReadFile(name)
@@ -69,7 +78,10 @@ func readSimOutput(name string) (simOutput, error) {
 		return out, err
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
-		return out, fmt.Errorf("%s: %w", name, err)
+		return out, fmt.Errorf("%s: %w (%w)", name, errNotSimOutput, err)
+	}
+	if out.Fleet == "" || len(out.Results) == 0 || slices.ContainsFunc(out.Results, func(r simResult) bool { return r.Policy == "" }) {
+		return out, fmt.Errorf("%s: %w", name, errNotSimOutput)
 	}
 	return out, nil
 }

@@ -79,6 +79,33 @@ func TestSummarizeCLI(t *testing.T) {
 	assert.Contains(t, stderr, "missing.json")
 }
 
+// summarize reads only simulate --json outputs: another command's JSON
+// (load's report, a sweep) decodes without error into simOutput, and used
+// to print an empty row and exit 0.
+func TestSummarizeRejectsOtherJSON(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, body string
+	}{
+		{"load report", `{"completed": 10, "failed": 0, "ttft_ms": {"p50": 12}, "goodput": 1.5}`},
+		{"sweep", `{"mode": "simulate", "fleet": "2xh100-llama3-8b", "points": [{"load": 0.5, "results": [{"policy": "scored"}]}]}`},
+		{"empty object", `{}`},
+		{"results without policies", `{"fleet": "2xh100-llama3-8b", "results": [{"completed": 3}]}`},
+		{"array", `[{"policy": "scored"}]`},
+		{"not JSON", `policy,ttft`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-")+".json")
+			require.NoError(t, os.WriteFile(path, []byte(tt.body), 0o600))
+			code, stdout, stderr := runCLI(t, "summarize", path)
+			assert.Equal(t, exitError, code, stderr)
+			assert.Contains(t, stderr, path+`: not a "sluice-bench simulate --json" output`)
+			assert.Empty(t, stdout, "no table for input that is not a simulate output")
+		})
+	}
+}
+
 func TestPoissonRetime(t *testing.T) {
 	reqs := []workload.Request{
 		{PromptTokens: 10, OutputTokens: 1, HashIDs: []int{1, 2}},

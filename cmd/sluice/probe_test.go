@@ -24,3 +24,30 @@ func TestProbe(t *testing.T) {
 	assert.Equal(t, 1, run([]string{"probe", up.URL + "/readyz"}, &bytes.Buffer{}, &stderr), "nothing listening")
 	assert.Equal(t, 2, run([]string{"probe"}, &bytes.Buffer{}, &stderr))
 }
+
+// probe parses its arguments as the other subcommands do: -h and --help
+// print its usage and exit 0 instead of being fetched as a URL, and a
+// wrong number of arguments or an unknown flag is a usage error.
+func TestProbeArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"-h", []string{"-h"}, 0, "usage: sluice probe URL"},
+		{"--help", []string{"--help"}, 0, "usage: sluice probe URL"},
+		{"-help", []string{"-help"}, 0, "usage: sluice probe URL"},
+		{"no URL", nil, 2, "usage: sluice probe URL"},
+		{"two URLs", []string{"http://a", "http://b"}, 2, "usage: sluice probe URL"},
+		{"unknown flag", []string{"--timeout", "1s", "http://a"}, 2, "flag provided but not defined: -timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			assert.Equal(t, tt.code, run(append([]string{"probe"}, tt.args...), &stdout, &stderr))
+			assert.Contains(t, stderr.String(), tt.want)
+			assert.NotContains(t, stderr.String(), "unsupported protocol scheme", "a flag is not fetched")
+		})
+	}
+}

@@ -64,13 +64,9 @@ type Runner struct {
 
 // New validates opts and returns a Runner.
 func New(opts Options) (*Runner, error) {
-	var urls []string
-	for _, t := range strings.Split(opts.Target, ",") {
-		u, err := completionsURL(strings.TrimSpace(t))
-		if err != nil {
-			return nil, err
-		}
-		urls = append(urls, u)
+	urls, err := completionsURLs(opts.Target)
+	if err != nil {
+		return nil, err
 	}
 	u := urls[0]
 	var errs []error
@@ -121,6 +117,27 @@ func SessionUser(session uint64) string {
 		return ""
 	}
 	return "conv-" + strconv.FormatUint(session, 10)
+}
+
+// CheckTarget reports whether target is a usable Options.Target, as New
+// would, so a command can reject a bad one before it builds a workload.
+func CheckTarget(target string) error {
+	_, err := completionsURLs(target)
+	return err
+}
+
+// completionsURLs checks each of target's comma-separated base URLs and
+// returns their /v1/completions URLs.
+func completionsURLs(target string) ([]string, error) {
+	var urls []string
+	for t := range strings.SplitSeq(target, ",") {
+		u, err := completionsURL(strings.TrimSpace(t))
+		if err != nil {
+			return nil, err
+		}
+		urls = append(urls, u)
+	}
+	return urls, nil
 }
 
 // completionsURL checks target and returns its /v1/completions URL.
