@@ -30,6 +30,7 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 
+## fmt: gofmt every Go file git tracks, in place
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
@@ -99,5 +100,6 @@ deploy-check: build
 	sc=$$($(GO) tool -n staticcheck) && cd deploy/helmcheck && $(GO) vet ./... && $$sc ./...
 	cd deploy/helmcheck && $(GO) tool helm lint --strict --kube-version 1.37.0 ../helm/sluice
 
+## clean: remove bin/ (the binaries make build writes)
 clean:
 	rm -rf $(BIN)

@@ -44,6 +44,10 @@ MIX=${MIX:-priority=0.3,flex=0.7}
 TENANTS=${TENANTS:-heavy=10,light=1}
 BASE_PORT=${BASE_PORT:-19600}
 REPLICAS=${REPLICAS:-1}
+if [ -n "${UNTIL_STEP:-}" ] && [ -z "${PENDING_PREFILL:-}" ]; then
+	echo "bench-classes-live: UNTIL_STEP needs PENDING_PREFILL: it changes how long a prompt counts toward that bound" >&2
+	exit 2
+fi
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"

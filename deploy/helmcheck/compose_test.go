@@ -3,6 +3,7 @@ package helmcheck
 import (
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,9 +14,12 @@ import (
 // TestComposeConfig checks deploy/compose: `sluice validate` accepts its
 // config, every backend and the Redis it names is one of the compose
 // file's services listening there, admission.replicas counts the Sluice
-// services, and every long-running service has a healthcheck. (Running
-// the file needs Docker and base images; docker compose config is not
-// run here.)
+// services, every long-running service has a healthcheck, the Batch API is
+// on and shared through Redis, with its data_dir on a named volume every
+// Sluice service mounts (the root file system is read-only), and the tiers
+// and tenants are configs/demo.yaml's, as the config says. (Running the
+// file needs Docker and base images; docker compose config is not run
+// here.)
 func TestComposeConfig(t *testing.T) {
 	const dir = "../compose"
 	raw, err := os.ReadFile(dir + "/config/sluice.yaml")
@@ -35,6 +39,11 @@ func TestComposeConfig(t *testing.T) {
 		Limits struct {
 			RedisURL string `json:"redis_url"`
 		} `json:"limits"`
+		Batch struct {
+			Enabled bool   `json:"enabled"`
+			Store   string `json:"store"`
+			DataDir string `json:"data_dir"`
+		} `json:"batch"`
 	}
 	if err := yaml.Unmarshal(raw, &cfg); err != nil {
 		t.Fatal(err)
@@ -53,6 +62,7 @@ func TestComposeConfig(t *testing.T) {
 			Profiles    []string          `json:"profiles"`
 			Environment map[string]string `json:"environment"`
 		} `json:"services"`
+		Volumes map[string]any `json:"volumes"`
 	}
 	if err := yaml.Unmarshal(b, &compose); err != nil {
 		t.Fatal(err)
@@ -74,11 +84,23 @@ func TestComposeConfig(t *testing.T) {
 			if !slices.Contains(s.Volumes, "./config:/etc/sluice:ro") {
 				t.Errorf("service %s does not mount ./config at /etc/sluice: %v", name, s.Volumes)
 			}
+			if !slices.ContainsFunc(s.Volumes, func(v string) bool {
+				vol, path, _ := strings.Cut(v, ":")
+				_, named := compose.Volumes[vol]
+				return named && path == cfg.Batch.DataDir
+			}) {
+				t.Errorf("service %s mounts no named volume at batch.data_dir %q, writable: %v", name, cfg.Batch.DataDir, s.Volumes)
+			}
 		}
 	}
 	if len(sluices) < 2 {
 		t.Fatalf("Sluice services %v, want at least two replicas", sluices)
 	}
+	if !cfg.Batch.Enabled || cfg.Batch.Store != "redis" {
+		t.Errorf("batch: enabled %v, store %q: want the Batch API on, its batches shared by the replicas through Redis",
+			cfg.Batch.Enabled, cfg.Batch.Store)
+	}
+	checkSameTenants(t, raw, "../../configs/demo.yaml")
 	hosts := []string{cfg.Limits.RedisURL}
 	for _, m := range cfg.Models {
 		if m.Admission.Replicas != len(sluices) {
@@ -96,5 +118,29 @@ func TestComposeConfig(t *testing.T) {
 		if _, ok := listening[u.Host]; !ok {
 			t.Errorf("%s: no service listens on %s (have %v)", h, u.Host, listening)
 		}
+	}
+}
+
+// checkSameTenants checks that the config raw has the tiers and tenants of
+// the config file at path.
+func checkSameTenants(t *testing.T, raw []byte, path string) {
+	t.Helper()
+	other, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tenants struct {
+		Tiers   []map[string]any `json:"tiers"`
+		Tenants []map[string]any `json:"tenants"`
+	}
+	var got, want tenants
+	if err := yaml.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(other, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the tiers and tenants differ from %s's:\n got %v\nwant %v", path, got, want)
 	}
 }

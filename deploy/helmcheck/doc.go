@@ -3,8 +3,10 @@
 // Helm's own library and decode every manifest strictly into the
 // Kubernetes API's Go types (an unknown or misspelt field fails), check
 // what the objects promise each other (selectors, named ports, the HPA's
-// target), and run the real `sluice validate` on the config the chart
-// renders and on the one deploy/compose ships.
+// target, the Secret key the ServiceMonitor sends, the volume under
+// batch.data_dir) and the warnings NOTES.txt gives, and run the real
+// `sluice validate` on the config the chart renders and on the one
+// deploy/compose ships.
 //
 // It is a module of its own so that Helm and the Kubernetes API stay out
 // of Sluice's go.mod; it holds no code outside its tests. The helm CLI is a

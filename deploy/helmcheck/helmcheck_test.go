@@ -131,6 +131,15 @@ func TestChartRenders(t *testing.T) {
 		configIn string
 		// tenants is how many tenants the config has.
 		tenants int
+		// batchVolume is what backs batch.data_dir: "" (the Batch API is
+		// off: no volume), "emptyDir", or the PersistentVolumeClaim's name.
+		batchVolume string
+		// metricsTokenKey is the Secret key the ServiceMonitor sends as
+		// the bearer token ("": it sends none).
+		metricsTokenKey string
+		// warnings are words from each warning NOTES.txt must give, one
+		// entry per warning (a warning begins "WARNING:"); none: it gives none.
+		warnings []string
 	}{
 		{
 			name:    "defaults",
@@ -142,6 +151,7 @@ func TestChartRenders(t *testing.T) {
 			admission:    6,
 			servicePorts: []string{"http"},
 			configIn:     "ConfigMap/" + fullname,
+			warnings:     []string{"up to 6 pods and no Redis"},
 		},
 		{
 			name: "admin, tenants, redis, no autoscaling, no ServiceMonitor",
@@ -167,8 +177,9 @@ restartOnConfigChange: true
 			tenants:      2,
 		},
 		{
-			name: "config in a Secret",
+			name: "config in a Secret, the Batch API on emptyDirs",
 			values: tenantValues() + `
+  batch: {enabled: true}
 configInSecret: true
 secrets: {backendApiKeys: {VLLM_API_KEY: vllm-secret}}
 podDisruptionBudget: {enabled: false}
@@ -183,29 +194,86 @@ podDisruptionBudget: {enabled: false}
 			envSecret:    fullname,
 			configIn:     "Secret/" + fullname + "-config",
 			tenants:      2,
+			batchVolume:  "emptyDir",
+			warnings: []string{"up to 6 pods and no Redis", "Batch API on up to 6 pods that do not share batches",
+				"each pod's emptyDir"},
+		},
+		{
+			name: "the Batch API on a shared claim, a metrics token",
+			values: `
+config:
+  models:
+    - name: llama-3-8b
+      admission: {max_in_flight_per_backend: 8}
+      backends: [{url: "http://vllm-0.vllm:8000"}]
+  metrics_token_env: METRICS_TOKEN
+  batch: {enabled: true, store: redis}
+secrets: {redisUrl: "redis://redis:6379/0", metricsToken: metrics-secret}
+batchData: {existingClaim: sluice-batch}
+strategy: {type: Recreate}
+`,
+			kube:    kube,
+			preStop: true,
+			kinds: []string{"ConfigMap/" + fullname, "Deployment/" + fullname, "HorizontalPodAutoscaler/" + fullname,
+				"PodDisruptionBudget/" + fullname, "Secret/" + fullname, "Service/" + fullname, "ServiceMonitor/" + fullname},
+			admission:       6,
+			servicePorts:    []string{"http"},
+			secretKeys:      []string{"METRICS_TOKEN", "SLUICE_REDIS_URL"},
+			envSecret:       fullname,
+			configIn:        "ConfigMap/" + fullname,
+			batchVolume:     "sluice-batch",
+			metricsTokenKey: "METRICS_TOKEN",
+		},
+		{
+			name: "the Batch API in one pod",
+			values: `
+config:
+  batch: {enabled: true}
+autoscaling: {enabled: false}
+replicaCount: 1
+`,
+			kube:    kube,
+			preStop: true,
+			kinds: []string{"ConfigMap/" + fullname, "Deployment/" + fullname,
+				"PodDisruptionBudget/" + fullname, "Service/" + fullname, "ServiceMonitor/" + fullname},
+			replicas:     1,
+			admission:    1,
+			servicePorts: []string{"http"},
+			configIn:     "ConfigMap/" + fullname,
+			batchVolume:  "emptyDir",
+			warnings:     []string{"each pod's emptyDir"},
 		},
 		{
 			name: "existing Secret",
 			values: `
 admin: {enabled: true}
-secrets: {existingSecret: sluice-env}
-serviceMonitor: {enabled: false}
+secrets: {existingSecret: sluice-env, metricsTokenInExistingSecret: true}
 `,
 			kube: "v1.29.5",
 			kinds: []string{"ConfigMap/" + fullname, "Deployment/" + fullname, "HorizontalPodAutoscaler/" + fullname,
-				"PodDisruptionBudget/" + fullname, "Service/" + fullname},
-			admission:    6,
-			servicePorts: []string{"http", "admin"},
-			envSecret:    "sluice-env",
-			adminListen:  "0.0.0.0:8081",
-			configIn:     "ConfigMap/" + fullname,
+				"PodDisruptionBudget/" + fullname, "Service/" + fullname, "ServiceMonitor/" + fullname},
+			admission:       6,
+			servicePorts:    []string{"http", "admin"},
+			envSecret:       "sluice-env",
+			adminListen:     "0.0.0.0:8081",
+			configIn:        "ConfigMap/" + fullname,
+			metricsTokenKey: "SLUICE_METRICS_TOKEN",
+			warnings:        []string{"unless Secret sluice-env holds SLUICE_REDIS_URL"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			manifest, err := render(t, tt.values, tt.kube)
+			manifest, notes, err := render(t, tt.values, tt.kube)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if n := strings.Count(notes, "WARNING:"); n != len(tt.warnings) {
+				t.Errorf("NOTES.txt gives %d warnings, want %d (%q):\n%s", n, len(tt.warnings), tt.warnings, notes)
+			}
+			for _, w := range tt.warnings {
+				if !strings.Contains(strings.Join(strings.Fields(notes), " "), w) {
+					t.Errorf("NOTES.txt does not warn %q:\n%s", w, notes)
+				}
 			}
 			objs := decodeAll(t, manifest)
 			if got := slices.Sorted(maps.Keys(objs)); !slices.Equal(got, tt.kinds) {
@@ -274,8 +342,11 @@ serviceMonitor: {enabled: false}
 				sm := o.(*serviceMonitor)
 				checkSelects(t, "ServiceMonitor", mustSelector(t, &sm.Spec.Selector), svc.Labels)
 				if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" {
-					t.Errorf("ServiceMonitor endpoints = %+v, want the Service's http port, /metrics", sm.Spec.Endpoints)
+					t.Fatalf("ServiceMonitor endpoints = %+v, want the Service's http port, /metrics", sm.Spec.Endpoints)
 				}
+				checkScrapeAuth(t, sm.Spec.Endpoints[0].Authorization, tt.envSecret, tt.metricsTokenKey)
+			} else if tt.metricsTokenKey != "" {
+				t.Errorf("no ServiceMonitor to send the metrics token %s", tt.metricsTokenKey)
 			}
 
 			env := map[string]string{}
@@ -307,6 +378,9 @@ serviceMonitor: {enabled: false}
 				Tenants []struct {
 					APIKeys []string `json:"api_keys"`
 				} `json:"tenants"`
+				Batch struct {
+					DataDir string `json:"data_dir"`
+				} `json:"batch"`
 			}
 			if err := yaml.Unmarshal([]byte(cfgText), &cfg); err != nil {
 				t.Fatalf("the rendered config: %v", err)
@@ -333,8 +407,63 @@ serviceMonitor: {enabled: false}
 					t.Errorf("tenants[%d].api_keys = %v, want the digest of %s", i, tn.APIKeys, rawKeys[i])
 				}
 			}
+			checkBatchVolume(t, pod.Spec, cfg.Batch.DataDir, tt.batchVolume)
 			validate(t, cfgText, env)
 		})
+	}
+}
+
+// checkBatchVolume checks that batch.data_dir (dir, "" for the default)
+// is on a writable volume of the kind want names ("emptyDir" or a claim's
+// name), the root file system being read-only, and that without the Batch
+// API (want "") neither is there.
+func checkBatchVolume(t *testing.T, pod corev1.PodSpec, dir, want string) {
+	t.Helper()
+	var mount *corev1.VolumeMount
+	for i, m := range pod.Containers[0].VolumeMounts {
+		if m.MountPath != "/etc/sluice" {
+			mount = &pod.Containers[0].VolumeMounts[i]
+		}
+	}
+	if want == "" {
+		if dir != "" || mount != nil {
+			t.Errorf("the Batch API is off, yet batch.data_dir = %q and a mount %+v", dir, mount)
+		}
+		return
+	}
+	if mount == nil || mount.MountPath != dir || mount.ReadOnly || mount.SubPath != "" {
+		t.Fatalf("batch.data_dir %q, mounts %+v: want a writable volume mounted there", dir, pod.Containers[0].VolumeMounts)
+	}
+	i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name })
+	if i < 0 {
+		t.Fatalf("the pod has no volume %q", mount.Name)
+	}
+	got := ""
+	switch v := pod.Volumes[i].VolumeSource; {
+	case v.EmptyDir != nil:
+		got = "emptyDir"
+	case v.PersistentVolumeClaim != nil && !v.PersistentVolumeClaim.ReadOnly:
+		got = v.PersistentVolumeClaim.ClaimName
+	}
+	if got != want {
+		t.Errorf("batch.data_dir is on %+v, want %s", pod.Volumes[i].VolumeSource, want)
+	}
+}
+
+// checkScrapeAuth checks that the ServiceMonitor sends the metrics token
+// as a bearer token from the pods' Secret (secret) under key, or sends
+// none when key is "".
+func checkScrapeAuth(t *testing.T, auth *safeAuthorization, secret, key string) {
+	t.Helper()
+	if key == "" {
+		if auth != nil {
+			t.Errorf("the ServiceMonitor sends %+v, but no metrics token is configured", auth)
+		}
+		return
+	}
+	if auth == nil || auth.Type != "Bearer" || auth.Credentials == nil ||
+		auth.Credentials.Name != secret || auth.Credentials.Key != key {
+		t.Errorf("the ServiceMonitor's authorization %+v: want a Bearer token from Secret %s, key %s", auth, secret, key)
 	}
 }
 
@@ -346,6 +475,11 @@ func TestChartRefuses(t *testing.T) {
 		values string
 		want   string
 	}{
+		{
+			name:   "batch.data_dir off the volume",
+			values: "config: {batch: {enabled: true, data_dir: /tmp/batch}}\n",
+			want:   "config.batch.data_dir is the chart's",
+		},
 		{
 			name: "a raw key in api_keys",
 			values: `
@@ -368,7 +502,7 @@ config:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := render(t, tt.values, kube)
+			_, _, err := render(t, tt.values, kube)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("render error = %v, want one saying %q", err, tt.want)
 			}
@@ -377,8 +511,8 @@ config:
 }
 
 // render runs what `helm template --kube-version` does, with values (YAML)
-// over the chart's defaults, and returns the manifests.
-func render(t *testing.T, values, kubeVersion string) (string, error) {
+// over the chart's defaults, and returns the manifests and NOTES.txt.
+func render(t *testing.T, values, kubeVersion string) (manifest, notes string, err error) {
 	t.Helper()
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
@@ -396,12 +530,12 @@ func render(t *testing.T, values, kubeVersion string) (string, error) {
 	}
 	rel, err := install.Run(chrt, vals)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if !strings.Contains(rel.Info.Notes, fullname+".llm.svc:8080") {
 		t.Errorf("NOTES.txt does not give the Service's address:\n%s", rel.Info.Notes)
 	}
-	return rel.Manifest, nil
+	return rel.Manifest, rel.Info.Notes, nil
 }
 
 // serviceMonitor is the part of the Prometheus Operator's ServiceMonitor
@@ -414,12 +548,20 @@ type serviceMonitor struct {
 	Spec              struct {
 		Selector  metav1.LabelSelector `json:"selector"`
 		Endpoints []struct {
-			Port          string `json:"port"`
-			Path          string `json:"path"`
-			Interval      string `json:"interval"`
-			ScrapeTimeout string `json:"scrapeTimeout"`
+			Port          string             `json:"port"`
+			Path          string             `json:"path"`
+			Interval      string             `json:"interval"`
+			ScrapeTimeout string             `json:"scrapeTimeout"`
+			Authorization *safeAuthorization `json:"authorization"`
 		} `json:"endpoints"`
 	} `json:"spec"`
+}
+
+// safeAuthorization is an endpoint's authorization in the ServiceMonitor
+// CRD: the credentials are a key of a Secret in its namespace.
+type safeAuthorization struct {
+	Type        string                    `json:"type"`
+	Credentials *corev1.SecretKeySelector `json:"credentials"`
 }
 
 // decodeAll decodes every manifest strictly into its API type, as the API
@@ -511,7 +653,7 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment) {
 	if !slices.Contains(c.Args, "--config=/etc/sluice/sluice.yaml") {
 		t.Errorf("args %v do not name /etc/sluice/sluice.yaml", c.Args)
 	}
-	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/etc/sluice" || c.VolumeMounts[0].SubPath != "" || !c.VolumeMounts[0].ReadOnly {
+	if len(c.VolumeMounts) == 0 || c.VolumeMounts[0].MountPath != "/etc/sluice" || c.VolumeMounts[0].SubPath != "" || !c.VolumeMounts[0].ReadOnly {
 		t.Errorf("volume mounts %+v: want the config directory at /etc/sluice, read-only, without subPath", c.VolumeMounts)
 	}
 	if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || *g <= 30 {

@@ -43,6 +43,9 @@ SLUICE_ADMIN_TOKEN: {{ required "admin.token is required when admin.enabled (or 
 {{- with .Values.secrets.redisUrl }}
 SLUICE_REDIS_URL: {{ . | b64enc | quote }}
 {{- end }}
+{{- with .Values.secrets.metricsToken }}
+{{ include "sluice.metricsTokenEnv" $ }}: {{ . | toString | b64enc | quote }}
+{{- end }}
 {{- range $name, $key := .Values.secrets.backendApiKeys }}
 {{- if not (regexMatch "^[A-Za-z_][A-Za-z0-9_]*$" $name) }}
 {{- fail (printf "secrets.backendApiKeys: %q is not an environment variable name" $name) }}
@@ -52,9 +55,39 @@ SLUICE_REDIS_URL: {{ . | b64enc | quote }}
 {{- end -}}
 {{- end -}}
 
+{{/* The variable Sluice reads the metrics token from: config.metrics_token_env, as Sluice defaults it. */}}
+{{- define "sluice.metricsTokenEnv" -}}
+{{- dig "metrics_token_env" "" (.Values.config | default dict) | default "SLUICE_METRICS_TOKEN" -}}
+{{- end -}}
+
+{{/* The pods' Secret's key holding the metrics token, or "" when none is configured. */}}
+{{- define "sluice.metricsTokenKey" -}}
+{{- if .Values.secrets.existingSecret -}}
+{{- if .Values.secrets.metricsTokenInExistingSecret -}}
+{{- include "sluice.metricsTokenEnv" . -}}
+{{- end -}}
+{{- else if .Values.secrets.metricsToken -}}
+{{- include "sluice.metricsTokenEnv" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The most pods there can be: autoscaling.maxReplicas with autoscaling, else replicaCount. */}}
+{{- define "sluice.maxPods" -}}
+{{- if .Values.autoscaling.enabled -}}
+{{- .Values.autoscaling.maxReplicas | int -}}
+{{- else -}}
+{{- .Values.replicaCount | int -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the batchData volume is mounted and batch.data_dir points when the Batch API is on. */}}
+{{- define "sluice.batchDir" -}}
+/var/lib/sluice
+{{- end -}}
+
 {{/*
-The Sluice config file: .Values.config with listen, admin and each model's
-admission.replicas set by the chart (values.yaml says how). Tenants' api_keys
+The Sluice config file: .Values.config with listen, admin, batch.data_dir
+and each model's admission.replicas set by the chart (values.yaml says how). Tenants' api_keys
 must be SHA-256 digests.
 */}}
 {{- define "sluice.config" -}}
@@ -65,10 +98,15 @@ must be SHA-256 digests.
 {{- else -}}
 {{- $_ := unset $cfg "admin" -}}
 {{- end -}}
-{{- $replicas := .Values.replicaCount -}}
-{{- if .Values.autoscaling.enabled -}}
-{{- $replicas = .Values.autoscaling.maxReplicas -}}
+{{- if dig "batch" "enabled" false $cfg -}}
+{{- $dir := include "sluice.batchDir" . -}}
+{{- $given := dig "batch" "data_dir" "" $cfg -}}
+{{- if and $given (ne (clean $given) $dir) -}}
+{{- fail (printf "config.batch.data_dir is the chart's: the batchData volume is mounted at %s (the root file system is read-only); leave data_dir out" $dir) -}}
 {{- end -}}
+{{- $_ := set $cfg.batch "data_dir" $dir -}}
+{{- end -}}
+{{- $replicas := include "sluice.maxPods" . -}}
 {{- range $m := $cfg.models -}}
 {{- $adm := $m.admission | default dict -}}
 {{- if not (hasKey $adm "replicas") -}}
