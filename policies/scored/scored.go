@@ -129,7 +129,7 @@ type Params struct {
 	// Filters drop endpoints before scoring. Default none.
 	Filters []FilterParams `yaml:"filters"`
 	// Scorers rate endpoints. Default DefaultScorers(): ttft at weight 2,
-	// queue_depth and kv_cache at weight 1, prefix at weight 1 and depth 11.
+	// queue_depth, kv_cache and prefix (all its hashes) at weight 1.
 	Scorers []ScorerParams `yaml:"scorers"`
 	// Picker is max or weighted_random. Default max.
 	Picker string `yaml:"picker"`
