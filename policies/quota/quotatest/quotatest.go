@@ -430,6 +430,13 @@ func testWindows(t *testing.T, s quota.Store) {
 		d := tn.allow(quota.Amount{Input: 5400, Output: 60}, "")
 		assert.Equal(t, quota.Window{Limit: 6000, Remaining: 600, Reset: 54 * time.Second}, d.Tokens)
 	})
+	t.Run("burst_above_rate", func(t *testing.T) {
+		tn := newTenant(t, s, "win-burst", quota.Limits{RequestsPerMinute: 60, RequestBurst: 100, OutputTokensPerMinute: 600, OutputBurst: 1000})
+		d := tn.allow(quota.Amount{Requests: 1, Output: 10}, "")
+		assert.Equal(t, quota.Window{Limit: 100, Remaining: 99, Reset: time.Second}, d.Requests,
+			"the limit is the burst an idle tenant may spend, never below what remains")
+		assert.Equal(t, quota.Window{Limit: 1000, Remaining: 990, Reset: time.Second}, d.Tokens)
+	})
 }
 
 func testTenantsIndependent(t *testing.T, s quota.Store) {

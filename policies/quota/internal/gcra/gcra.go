@@ -29,8 +29,12 @@ const DayKept = 48 * time.Hour
 // Rate is one rate dimension reduced to integer nanoseconds. The zero Rate
 // is not limited.
 type Rate struct {
-	// PerMinute is the configured rate, reported as Window.Limit.
+	// PerMinute is the configured rate, reported as Window.Limit unless
+	// Burst is larger.
 	PerMinute int64
+	// Burst is the configured burst (PerMinute when none is set): the most
+	// Window.Remaining can be.
+	Burst int64
 	// Interval is the emission interval T = 1m / PerMinute, truncated to
 	// whole nanoseconds (at least 1).
 	Interval int64
@@ -49,7 +53,7 @@ func NewRate(perMinute, burst int64) Rate {
 		burst = perMinute
 	}
 	t := max(int64(time.Minute)/perMinute, 1)
-	return Rate{PerMinute: perMinute, Interval: t, Tolerance: mulSat(burst, t)}
+	return Rate{PerMinute: perMinute, Burst: burst, Interval: t, Tolerance: mulSat(burst, t)}
 }
 
 // Rates returns lim's three rate dimensions, indexed by Requests, Input and
@@ -73,7 +77,10 @@ func (r Rate) Limited() bool { return r.Interval > 0 }
 // Cost is n × T in nanoseconds, saturating; n may be negative (a refund).
 func (r Rate) Cost(n int64) int64 { return mulSat(n, r.Interval) }
 
-// Window reports r's state for a backlog (TAT - now, at least 0).
+// Window reports r's state for a backlog (TAT - now, at least 0). Its Limit
+// is the per-minute rate, or the burst when that is larger, so that
+// Remaining, which an idle tenant's burst fills, never reads above it
+// (a tier with 60 a minute and a burst of 100 reported 60 with 99 left).
 func (r Rate) Window(backlog int64) quota.Window {
 	if !r.Limited() {
 		return quota.Window{}
@@ -82,7 +89,7 @@ func (r Rate) Window(backlog int64) quota.Window {
 	if backlog <= r.Tolerance {
 		rem = (r.Tolerance - backlog) / r.Interval
 	}
-	return quota.Window{Limit: r.PerMinute, Remaining: rem, Reset: time.Duration(backlog)}
+	return quota.Window{Limit: max(r.PerMinute, r.Burst), Remaining: rem, Reset: time.Duration(backlog)}
 }
 
 // Windows returns a Decision's Requests and Tokens windows for backlogs.

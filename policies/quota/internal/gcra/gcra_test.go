@@ -18,11 +18,11 @@ func TestNewRate(t *testing.T) {
 	}{
 		{"unlimited", 0, 10, Rate{}},
 		{"negative", -5, 10, Rate{}},
-		{"exact", 60, 5, Rate{PerMinute: 60, Interval: int64(time.Second), Tolerance: int64(5 * time.Second)}},
-		{"truncated interval", 7, 7, Rate{PerMinute: 7, Interval: 8571428571, Tolerance: 7 * 8571428571}},
-		{"burst defaults to a minute's worth", 600, 0, Rate{PerMinute: 600, Interval: int64(100 * time.Millisecond), Tolerance: int64(time.Minute)}},
-		{"interval at least 1ns", 1e12, 10, Rate{PerMinute: 1e12, Interval: 1, Tolerance: 10}},
-		{"tolerance saturates", 1, math.MaxInt64, Rate{PerMinute: 1, Interval: int64(time.Minute), Tolerance: math.MaxInt64}},
+		{"exact", 60, 5, Rate{PerMinute: 60, Burst: 5, Interval: int64(time.Second), Tolerance: int64(5 * time.Second)}},
+		{"truncated interval", 7, 7, Rate{PerMinute: 7, Burst: 7, Interval: 8571428571, Tolerance: 7 * 8571428571}},
+		{"burst defaults to a minute's worth", 600, 0, Rate{PerMinute: 600, Burst: 600, Interval: int64(100 * time.Millisecond), Tolerance: int64(time.Minute)}},
+		{"interval at least 1ns", 1e12, 10, Rate{PerMinute: 1e12, Burst: 10, Interval: 1, Tolerance: 10}},
+		{"tolerance saturates", 1, math.MaxInt64, Rate{PerMinute: 1, Burst: math.MaxInt64, Interval: int64(time.Minute), Tolerance: math.MaxInt64}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
