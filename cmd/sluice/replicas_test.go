@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -457,4 +458,42 @@ func TestReadinessFollowsTheLimitStoreWithoutTraffic(t *testing.T) {
 			10*time.Second, 50*time.Millisecond, "ready again once Redis answers, without traffic")
 		assert.Contains(t, scrapeText(t, a), "sluice_quota_store_up 1")
 	}
+}
+
+// TestServeStopsWhenRedisRefusesTheURL: a Redis that answers and refuses
+// the URL's user and password, or its database number, stops serve with
+// the field named and the password redacted (it was taken for an outage:
+// limits failed open for good, logged as Redis down). A Redis that does
+// not answer is an outage, and serve starts.
+func TestServeStopsWhenRedisRefusesTheURL(t *testing.T) {
+	redis := startRedis(t)
+	cfg := writeConfig(t, "listen: 127.0.0.1:0\nscrape:\n  enabled: false\nmodels:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n")
+	for _, tt := range []struct{ url, want string }{
+		{fmt.Sprintf("redis://bob:s3cret@127.0.0.1:%d/0", redis.port), "Redis refused the password (or user)"},
+		{fmt.Sprintf("redis://127.0.0.1:%d/99", redis.port), "Redis refused the database number"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := runServer(ctx, serverOptions{path: cfg, redisURL: tt.url, drain: time.Second, log: slog.New(slog.DiscardHandler)})
+		cancel()
+		require.Error(t, err, tt.url)
+		assert.Contains(t, err.Error(), "limits.redis_url (or --redis-url)")
+		assert.Contains(t, err.Error(), tt.want)
+		assert.NotContains(t, err.Error(), "s3cret")
+	}
+
+	down := startRedis(t)
+	down.stop()
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverOptions{path: cfg, redisURL: down.url(), drain: time.Second, ready: ready, log: slog.New(slog.DiscardHandler)})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve stopped with Redis down: %v", err)
+	}
+	stop()
+	require.NoError(t, <-done)
 }

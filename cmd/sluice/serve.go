@@ -193,11 +193,17 @@ func runServer(ctx context.Context, o serverOptions) error {
 		// Loading the scripts at start spares the first requests an EVAL;
 		// a Redis that is down now is not fatal: limits fail open or
 		// closed until it answers, and the scripts load on first use.
+		// A Redis that answers and refuses the URL's password or database
+		// is a config error, though: no wait brings it back.
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := st.load(lctx); err != nil {
+		err := st.load(lctx)
+		cancel()
+		if refusal := redisRefusal(err); refusal != "" {
+			return fmt.Errorf("limits.redis_url (or --redis-url) %s: Redis refused %s: %w", configs.RedactURL(st.url), refusal, err)
+		}
+		if err != nil {
 			o.log.Warn("limit store not answering at start", "err", err)
 		}
-		cancel()
 	}
 	limiter, err := newLimiter(cfg, st, o.log, metrics)
 	if err != nil {

@@ -67,6 +67,9 @@ type limitStore struct {
 	// client is the Redis client, nil in-process; admission shares its
 	// budgets through it too.
 	client redis.UniversalClient
+	// url is the Redis URL the client was made from, for messages (to be
+	// shown through configs.RedactURL).
+	url string
 }
 
 func newLimitStore(c *configs.Config, redisURL string) (limitStore, error) {
@@ -85,7 +88,26 @@ func newLimitStore(c *configs.Config, redisURL string) (limitStore, error) {
 		_ = client.Close()
 		return limitStore{}, err
 	}
-	return limitStore{store: st, redis: true, close: client.Close, load: st.Load, client: client}, nil
+	return limitStore{store: st, redis: true, close: client.Close, load: st.Load, client: client, url: redisURL}, nil
+}
+
+// redisRefusal names what a Redis that answered refused (the password or
+// user, the database number, a command the user may not run), or is
+// empty for any other err: one that says Redis is down or slow, which
+// time may mend.
+func redisRefusal(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case redis.IsAuthError(err), redis.HasErrorPrefix(err, "AUTH"), redis.HasErrorPrefix(err, "invalid password"),
+		redis.HasErrorPrefix(err, "Client sent AUTH"):
+		return "the password (or user)"
+	case redis.HasErrorPrefix(err, "DB index"), redis.HasErrorPrefix(err, "SELECT is not allowed"):
+		return "the database number"
+	case redis.IsPermissionError(err):
+		return "a command Sluice needs (EVAL, EVALSHA, SCRIPT LOAD) to the user"
+	}
+	return ""
 }
 
 // newLimiter builds the limit stage over st.
