@@ -148,6 +148,15 @@ limits:
 	assert.Zero(t, errs.Load(), "Redis down: served on each replica's share")
 	page := scrapeText(t, a) + scrapeText(t, b)
 	assert.Regexp(t, `sluice_admission_store_errors_total [1-9]`, page)
+	assert.Contains(t, scrapeText(t, a), "sluice_admission_store_up 0")
+
+	// Redis back: the first call that gets through (a request's, once the
+	// breaker lets one ask) marks the store up again.
+	redis.start()
+	require.Eventually(t, func() bool {
+		_, err := ca.Chat.Completions.New(context.Background(), chat("", 2))
+		return err == nil && strings.Contains(scrapeText(t, a), "sluice_admission_store_up 1")
+	}, 10*time.Second, 100*time.Millisecond, "the store is up again")
 }
 
 // TestReloadKeepsTheAdmissionQueue: a reload that leaves a model as it was

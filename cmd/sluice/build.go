@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -247,7 +247,10 @@ type sharedAdmission struct {
 	leaseTTL time.Duration
 	log      *slog.Logger
 	errors   prometheus.Counter
-	lastLog  atomic.Int64 // unix ns of the last warning
+	up       prometheus.Gauge
+	mu       sync.Mutex // guards what follows, and up's value with down
+	lastLog  time.Time  // of the last warning
+	down     bool       // failing since the last "answering again"
 }
 
 // Run tells the gates of rt's table serving now of the room other replicas
@@ -293,18 +296,40 @@ func (s *sharedAdmission) Renew(ctx context.Context) {
 			rctx, cancel := context.WithTimeout(ctx, s.leaseTTL/3)
 			if _, err := s.store.Renew(rctx, time.Now()); err != nil && ctx.Err() == nil {
 				s.failed(err)
+			} else if err == nil {
+				s.recovered()
 			}
 			cancel()
 		}
 	}
 }
 
-// failed counts a shared-store failure and logs at most one line in 10 s.
+// failed counts a shared-store failure and logs at most one line in 10 s
+// (the first of an outage at once).
 func (s *sharedAdmission) failed(err error) {
 	s.errors.Inc()
-	now := time.Now().UnixNano()
-	if last := s.lastLog.Load(); now-last > int64(10*time.Second) && s.lastLog.CompareAndSwap(last, now) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if !s.down || now.Sub(s.lastLog) > 10*time.Second {
+		s.lastLog = now
 		s.log.Warn("admission store failing; each replica admits within its share of the budgets", "err", err)
+	}
+	s.down = true
+	s.up.Set(0)
+}
+
+// recovered notes a shared-store call that succeeded (a breaker probe, a
+// renewal), and logs the end of an outage once: the warning had no
+// counterpart, so a log read after an outage did not say whether the
+// budgets were shared again.
+func (s *sharedAdmission) recovered() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		s.down = false
+		s.up.Set(1)
+		s.log.Info("admission store answering again; the replicas share the budgets")
 	}
 }
 

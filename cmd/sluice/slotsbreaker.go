@@ -29,12 +29,19 @@ const breakerProbe = 250 * time.Millisecond
 
 var _ admission.Slots = (*breakerSlots)(nil)
 
-func newBreakerSlots(next admission.Slots, forget func(lease string)) *breakerSlots {
+// newBreakerSlots puts a breaker in front of next; closed, when not nil,
+// is called each time a probe finds the store answering again.
+func newBreakerSlots(next admission.Slots, forget func(lease string), closed func()) *breakerSlots {
 	return &breakerSlots{next: next, forget: forget, cb: gobreaker.NewCircuitBreaker[admission.Grant](gobreaker.Settings{
 		Name:        "admission store",
 		MaxRequests: 1,
 		Timeout:     breakerProbe,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 1 },
+		OnStateChange: func(_ string, _, to gobreaker.State) {
+			if to == gobreaker.StateClosed && closed != nil {
+				closed()
+			}
+		},
 	})}
 }
 

@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -47,7 +52,7 @@ func TestAHungAdmissionStoreIsAskedOncePerProbe(t *testing.T) {
 	slots, err := redisslots.New(client, "breaker")
 	require.NoError(t, err)
 	counted := &countedSlots{Slots: slots}
-	s := newBreakerSlots(counted, slots.Forget)
+	s := newBreakerSlots(counted, slots.Forget, nil)
 	acquire := func(id string) (admission.Grant, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
@@ -80,4 +85,44 @@ func TestAHungAdmissionStoreIsAskedOncePerProbe(t *testing.T) {
 	n, err := slots.Renew(context.Background(), time.Now())
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "the lease released while Redis hung is renewed no more; the new one is")
+}
+
+// TestAdmissionStoreOutageIsLoggedBothWays: an outage of the shared
+// admission store logs its first failure at once and its end once, and
+// sluice_admission_store_up follows (the end was never logged).
+func TestAdmissionStoreOutageIsLoggedBothWays(t *testing.T) {
+	var logs syncBuffer
+	s := &sharedAdmission{
+		log:    slog.New(slog.NewTextHandler(&logs, nil)),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "errors"}),
+		up:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "up"}),
+	}
+	s.up.Set(1)
+	s.recovered() // up already: nothing to say
+	assert.Empty(t, logs.String())
+
+	s.failed(errors.New("dial tcp: connection refused"))
+	s.failed(errors.New("dial tcp: connection refused"))
+	assert.Equal(t, 1, strings.Count(logs.String(), "admission store failing"), "one line per 10 s")
+	assert.Equal(t, 0.0, value(t, s.up))
+	assert.Equal(t, 2.0, value(t, s.errors))
+
+	s.recovered()
+	s.recovered()
+	assert.Equal(t, 1, strings.Count(logs.String(), "admission store answering again"))
+	assert.Equal(t, 1.0, value(t, s.up))
+
+	s.failed(errors.New("i/o timeout"))
+	assert.Equal(t, 2, strings.Count(logs.String(), "admission store failing"), "a new outage is logged at once")
+}
+
+// value reads a counter's or gauge's value.
+func value(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	require.NoError(t, m.Write(&out))
+	if out.Counter != nil {
+		return out.Counter.GetValue()
+	}
+	return out.Gauge.GetValue()
 }

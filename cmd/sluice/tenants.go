@@ -182,10 +182,19 @@ func newSharedAdmission(c *configs.Config, st limitStore, log *slog.Logger, reg 
 		Name: "sluice_admission_store_errors_total",
 		Help: "Shared admission store calls that failed, or that were not made because it was failing (one call per 250 ms asks it); admission went on within this replica's share of the budgets.",
 	})
-	if err := reg.Register(errs); err != nil {
-		return nil, err
+	up := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_admission_store_up",
+		Help: "1 while the shared admission store (Redis) answers, 0 from its first failure until a call succeeds again; while 0 each replica admits within its share of the budgets.",
+	})
+	for _, m := range []prometheus.Collector{errs, up} {
+		if err := reg.Register(m); err != nil {
+			return nil, err
+		}
 	}
-	return &sharedAdmission{slots: newBreakerSlots(timed, slots.Forget), store: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs}, nil
+	up.Set(1)
+	s := &sharedAdmission{store: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs, up: up}
+	s.slots = newBreakerSlots(timed, slots.Forget, s.recovered)
+	return s, nil
 }
 
 // redisLog writes go-redis's own log lines to log at debug level.
