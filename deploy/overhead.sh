@@ -74,6 +74,8 @@ http {
 NGX
 	nginx -c "$tmp/nginx.conf" -p "$tmp" -e "$tmp/nginx-error.log"
 	url[nginx]="http://127.0.0.1:$NGINX"
+else
+	echo "overhead: nginx is not installed (apt-get install nginx): its rows are left out" >&2
 fi
 if command -v haproxy >/dev/null; then
 	cat > "$tmp/haproxy.cfg" <<HAP
@@ -95,6 +97,8 @@ backend b
 HAP
 	haproxy -f "$tmp/haproxy.cfg" -db 2>"$tmp/haproxy.log" & pids+=($!); pid[haproxy]=$!
 	url[haproxy]="http://127.0.0.1:$HAPROXY"
+else
+	echo "overhead: haproxy is not installed (apt-get install haproxy): its rows are left out" >&2
 fi
 
 cat > "$tmp/sluice.yaml" <<YAML
