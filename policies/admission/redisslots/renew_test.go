@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"os/exec"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,63 +14,8 @@ import (
 
 	"github.com/sluice-llm/sluice/policies/admission"
 	"github.com/sluice-llm/sluice/policies/admission/redisslots"
+	"github.com/sluice-llm/sluice/policies/internal/redistest"
 )
-
-// redisServer is a redis-server this test owns, on a free port and without
-// persistence, so that it can restart empty mid-test as a Redis that is
-// restarted, flushed or failed over to an empty replica does.
-type redisServer struct {
-	t         *testing.T
-	bin, port string
-	dir       string
-	cmd       *exec.Cmd
-}
-
-// startRedis starts a redisServer, stopped when t ends, or skips t when
-// redis-server is not installed.
-func startRedis(t *testing.T) *redisServer {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not installed (apt-get install redis-server)")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	require.NoError(t, ln.Close())
-	r := &redisServer{t: t, bin: bin, port: port, dir: t.TempDir()}
-	r.start()
-	t.Cleanup(func() {
-		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
-	})
-	return r
-}
-
-func (r *redisServer) addr() string { return net.JoinHostPort("127.0.0.1", r.port) }
-
-func (r *redisServer) start() {
-	r.t.Helper()
-	r.cmd = exec.Command(r.bin, "--port", r.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir)
-	require.NoError(r.t, r.cmd.Start(), "start redis-server")
-	require.Eventually(r.t, func() bool {
-		c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
-		defer func() { _ = c.Close() }()
-		return c.Ping(context.Background()).Err() == nil
-	}, 10*time.Second, 20*time.Millisecond, "redis-server on %s did not answer", r.addr())
-}
-
-// restart stops the server with SHUTDOWN NOSAVE and starts it again on the
-// same port, empty.
-func (r *redisServer) restart() {
-	r.t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
-	err := c.ShutdownNoSave(context.Background()).Err()
-	_ = c.Close()
-	require.NoError(r.t, err, "SHUTDOWN NOSAVE")
-	_ = r.cmd.Wait() // it exits once it has shut down
-	r.start()
-}
 
 // grantedOnceUp is granted, asked again while the call fails (a pooled
 // connection to a Redis that restarted).
@@ -95,8 +37,8 @@ func grantedOnceUp(t *testing.T, s *redisslots.Slots, l admission.Lease) bool {
 // is refused. Until 2026-12-05 a renewal renewed only the leases Redis
 // still had, so the backend took two more for as long as its two ran.
 func TestTheLeasesOfRunningRequestsSurviveARedisRestart(t *testing.T) {
-	rs := startRedis(t)
-	client := redis.NewClient(&redis.Options{Addr: rs.addr(), MaxRetries: -1})
+	rs := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redisslots.New(client, "")
 	require.NoError(t, err)
@@ -106,7 +48,7 @@ func TestTheLeasesOfRunningRequestsSurviveARedisRestart(t *testing.T) {
 	require.True(t, grantedOnceUp(t, s, lease(2, admission.Default, "a2", t0)))
 	require.False(t, grantedOnceUp(t, s, lease(2, admission.Default, "a3", t0)))
 
-	rs.restart()
+	rs.Restart()
 	at := t0.Add(20 * time.Second)
 	var n int
 	require.Eventually(t, func() bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-llm/sluice/policies/internal/redistest"
 	"github.com/sluice-llm/sluice/policies/quota"
 )
 
@@ -156,8 +157,8 @@ func leases(t *testing.T, c *redis.Client, s *Store, tenant string) int64 {
 // renewed only the leases Redis still had, so the tenant could start two
 // more for as long as its two ran.
 func TestTheLeasesOfRunningRequestsSurviveARedisRestart(t *testing.T) {
-	rs := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: rs.addr(), DialTimeout: time.Second, ReadTimeout: time.Second,
+	rs := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second,
 		WriteTimeout: time.Second, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	s, err := New(c, Options{})
@@ -169,7 +170,7 @@ func TestTheLeasesOfRunningRequestsSurviveARedisRestart(t *testing.T) {
 	reserved(t, l, "t", lim)
 	refused(t, l, "t", lim, "two requests run")
 
-	rs.restart()
+	rs.Restart()
 	w.epoch.Store(1)
 	// A renewal that started before the restart may be waiting for the
 	// test; those after it fail while a pooled connection to the old
