@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -433,9 +434,20 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, owner Owne
 	ctx := r.Context()
 	var req batchRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBatchRequest))
-	if err := dec.Decode(&req); err != nil {
+	// OpenAI refuses a parameter it does not know rather than ignore it
+	// (a misspelt one did nothing here), and one object is the body.
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
+	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
+		err = errors.New("data after the object")
+	}
+	if err != nil {
 		var typeErr *json.UnmarshalTypeError
 		var tooBig *http.MaxBytesError
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			name, _ = strconv.Unquote(name)
+			return badRequest(name, "unknown_parameter", "Unrecognized request argument supplied: %s", echo(name))
+		}
 		switch {
 		case errors.As(err, &typeErr) && typeErr.Field != "":
 			// Named by the request's field and JSON's types, not this

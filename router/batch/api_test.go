@@ -256,6 +256,16 @@ func TestBadRequests(t *testing.T) {
 	err = acme.Post(ctx, "batches", []byte(`[]`), nil)
 	msg = apiError(t, err, http.StatusBadRequest, "invalid_json")
 	assert.NotContains(t, msg, "Go ")
+	// A parameter this server does not know is refused, as OpenAI does (it
+	// was ignored), and so is anything after the object.
+	err = acme.Post(ctx, "batches", []byte(`{"input_file_id":"`+good.ID+`","endpoint":"/v1/chat/completions","completion_window":"24h","completion_windw":"48h"}`), nil)
+	msg = apiError(t, err, http.StatusBadRequest, "unknown_parameter")
+	assert.Equal(t, "Unrecognized request argument supplied: completion_windw", msg)
+	err = acme.Post(ctx, "batches", []byte(`{"input_file_id":"`+good.ID+`","endpoint":"/v1/chat/completions","completion_window":"24h"} {}`), nil)
+	apiError(t, err, http.StatusBadRequest, "invalid_json")
+	list, err := acme.Batches.List(ctx, openai.BatchListParams{})
+	require.NoError(t, err)
+	assert.Empty(t, list.Data, "no batch was created by a refused call")
 	// An output file is no batch input.
 	b := create(t, acme, good.ID, openai.BatchNewParamsEndpointV1ChatCompletions)
 	b = await(t, acme, b.ID, openai.BatchStatusCompleted)
