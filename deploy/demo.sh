@@ -24,7 +24,7 @@ trap stop EXIT
 # shellcheck source=deploy/lib.sh
 . deploy/lib.sh
 busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for port in 8080 9001 9002 9101 9102; do
+for port in 8080 8081 9001 9002 9101 9102; do
 	if busy "$port"; then
 		echo "make run: port $port is already in use (another make run?); stop what holds it and try again" >&2
 		exit 1
@@ -42,6 +42,9 @@ for port in 9001 9002 9101 9102; do
 	wait_for "http://127.0.0.1:$port/health" || true
 done
 
+# The admin API and live status page on 127.0.0.1:8081 (SLUICE_ADMIN_TOKEN
+# from the environment, else a demo token).
+export SLUICE_ADMIN_TOKEN=${SLUICE_ADMIN_TOKEN:-demo-admin}
 "$BIN/sluice" serve --config configs/demo.yaml & sluice_pid=$!
 pids+=($sluice_pid)
 if ! wait_for http://127.0.0.1:8080/readyz; then
@@ -57,6 +60,8 @@ Demo tenants (configs/demo.yaml): sk-demo-free (60 requests/min), sk-demo-pro, s
     -H 'Content-Type: application/json' \\
     -d '{"model":"$MODEL","stream":true,"messages":[{"role":"user","content":"Hello!"}]}'
 or any OpenAI client: OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_API_KEY=sk-demo-free
+Live status page: http://127.0.0.1:8081/status#token=$SLUICE_ADMIN_TOKEN
+Admin API: curl -s http://127.0.0.1:8081/admin/backends -H 'Authorization: Bearer $SLUICE_ADMIN_TOKEN'
 Ctrl-C stops everything.
 Workers run one per process (pids ${worker_pids[*]}): kill one to watch Sluice route around it.
 
