@@ -41,7 +41,7 @@ const statusClientClosed = 499
 // the rest). Each stage returns an error; errorFor turns it into what the
 // client sees.
 func (rt *Router) inference(w http.ResponseWriter, r *http.Request) {
-	rec := requestRecord{start: rt.now()}
+	rec := requestRecord{start: rt.now(), batch: admission.IsBatch(r.Context())}
 	var err error
 	// Deferred: a whole answer cut short ends this handler with a panic
 	// (http.ErrAbortHandler), and it is counted and logged all the same.
@@ -161,9 +161,9 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	// the queue, and lines that held their tenant's slots and tokens there
 	// had the tenant's own interactive requests, and its batch cancel,
 	// refused 429. Their requests and tokens still count.
-	lim, batchLine := tenant.Limits, admission.IsBatch(r.Context())
+	lim := tenant.Limits
 	var ticket *admission.Ticket
-	if batchLine {
+	if rec.batch {
 		lim.Concurrency = 0
 		if ticket, err = rt.admit(r, rte, &preq, class, tenant, rec); err != nil {
 			return err
@@ -181,7 +181,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		return err
 	}
 	setRateHeaders(w.Header(), res.Decision)
-	if !batchLine {
+	if !rec.batch {
 		if ticket, err = rt.admit(r, rte, &preq, class, tenant, rec); err != nil {
 			rt.limiter.Settle(res, quota.Amount{Requests: 1}) // never ran: its tokens come back
 			return err
@@ -268,7 +268,7 @@ func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, cla
 			rec.queued, rec.gated = rt.now().Sub(start), true
 		}
 	}()
-	ar := admission.Request{Class: class, Tokens: preq.ExpectedTokens(), Routing: preq, Weight: 1, Batch: admission.IsBatch(r.Context())}
+	ar := admission.Request{Class: class, Tokens: preq.ExpectedTokens(), Routing: preq, Weight: 1, Batch: rec.batch}
 	if t != nil {
 		ar.Tenant, ar.TierPriority, ar.Weight = t.Name, t.Priority, float64(max(t.Weight, 1))
 	}
@@ -302,7 +302,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		w = measure.NewTierWriter(w, preq.ServiceTier) // the answer names the class that served it
 	}
 	fb := rte.FirstByteTimeout
-	if admission.IsBatch(r.Context()) {
+	if rec.batch {
 		fb *= batchFirstByteFactor
 	}
 	var tried []*backends.Endpoint
@@ -699,7 +699,7 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request, counted *budg
 // relayed answer's own.
 func (rt *Router) finish(w http.ResponseWriter, r *http.Request, rec *requestRecord, err error) {
 	route := r.URL.Path
-	if admission.IsBatch(r.Context()) {
+	if rec.batch {
 		// A Batch API line: its 429s and retries are the batch runner's,
 		// kept apart from what clients see.
 		route = batchRoutePrefix + route

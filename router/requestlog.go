@@ -25,6 +25,8 @@ type requestRecord struct {
 	tenant *auth.Tenant
 	// class is the service class, "" before it is known.
 	class string
+	// batch marks a Batch API line (admission.IsBatch), read once.
+	batch bool
 	// backend is the address of the endpoint of the last attempt, and
 	// sentAt when that attempt began; "" and zero when none was made.
 	backend string

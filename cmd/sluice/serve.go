@@ -62,12 +62,9 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	if *redisURL != "" {
-		// Checked here as the file's limits.redis_url is, and named as
+		// Checked here as the file's limits.redis_url is (redisClient runs
+		// configs.CheckRedisURL, then go-redis's own parse), and named as
 		// what set it; the messages redact the URL's passwords.
-		if msg := configs.CheckRedisURL(*redisURL); msg != "" {
-			fmt.Fprintf(stderr, "sluice serve: --redis-url (or SLUICE_REDIS_URL): %s\n", msg)
-			return 2
-		}
 		if c, err := redisClient(*redisURL, time.Second); err != nil {
 			fmt.Fprintf(stderr, "sluice serve: --redis-url (or SLUICE_REDIS_URL): %v\n", err)
 			return 2
