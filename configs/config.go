@@ -245,6 +245,12 @@ type Admission struct {
 	// classes and lighter tenants go first, and keeps engine steps short;
 	// at low load it can cost a step. Default 0: off.
 	MaxPendingPrefill Duration `yaml:"max_pending_prefill"`
+	// MaxPendingPrefillByClass gives a service class its own
+	// max_pending_prefill, e.g. {priority: 100ms} beside
+	// max_pending_prefill: 20ms: flex work then keeps the engines' prefill
+	// backlog short while priority requests still bind at once. Classes
+	// not named take max_pending_prefill. Default none.
+	MaxPendingPrefillByClass map[string]Duration `yaml:"max_pending_prefill_by_class"`
 	// PendingUntilStep, with max_pending_prefill, counts a prompt toward
 	// it only until the backend's next engine step begins, as the bytes of
 	// the streams Sluice relays from it show, rather than until its own

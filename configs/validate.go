@@ -176,7 +176,8 @@ func (c *Config) Validate() error {
 		if a.MaxPendingPrefill < 0 {
 			bad(p+".max_pending_prefill", "must not be negative (0 is off), got %s", a.MaxPendingPrefill.Std())
 		}
-		if a.PendingUntilStep && a.MaxPendingPrefill <= 0 {
+		checkClassDurations(bad, p+".max_pending_prefill_by_class", a.MaxPendingPrefillByClass, " (leave the class out for max_pending_prefill)")
+		if a.PendingUntilStep && a.MaxPendingPrefill <= 0 && len(a.MaxPendingPrefillByClass) == 0 {
 			bad(p+".pending_until_step", "changes how max_pending_prefill counts prompts; set max_pending_prefill too")
 		}
 		if a.Replicas < 1 {
@@ -185,14 +186,7 @@ func (c *Config) Validate() error {
 		if a.QueueSize < 1 {
 			bad(p+".queue_size", "must be at least 1, got %d", a.QueueSize)
 		}
-		for _, class := range slices.Sorted(maps.Keys(a.MaxWait)) {
-			d := a.MaxWait[class]
-			if !slices.Contains(ServiceClasses(), class) {
-				bad(p+".max_wait."+class, "not a service class; want one of %s", strings.Join(ServiceClasses(), ", "))
-			} else if d <= 0 {
-				bad(p+".max_wait."+class, "must be positive, got %s", d.Std())
-			}
-		}
+		checkClassDurations(bad, p+".max_wait", a.MaxWait, "")
 	}
 	c.validateTenants(bad) // tiers, tenants, limits (tenants.go)
 	c.validateBatch(bad)   // batch.go
@@ -281,4 +275,17 @@ func validOrigin(o string) error {
 		return errors.New(`want an origin as a browser sends it ("https://app.example.com", no path), or "*"`)
 	}
 	return nil
+}
+
+// checkClassDurations checks a map of durations by service class, the map
+// at path: every key a class, every duration positive (hint follows the
+// message for one that is not).
+func checkClassDurations(bad func(field, format string, args ...any), path string, m map[string]Duration, hint string) {
+	for _, class := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(ServiceClasses(), class) {
+			bad(path+"."+class, "not a service class; want one of %s", strings.Join(ServiceClasses(), ", "))
+		} else if d := m[class]; d <= 0 {
+			bad(path+"."+class, "must be positive%s, got %s", hint, d.Std())
+		}
+	}
 }

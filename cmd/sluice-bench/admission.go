@@ -24,6 +24,7 @@ type admissionFlags struct {
 	queueMax       int
 	prefill        float64
 	pendingPrefill time.Duration
+	classPrefill   string
 	detour         time.Duration
 	sameStep       bool
 	releaseAtStep  bool
@@ -34,6 +35,7 @@ type admissionFlags struct {
 	tenantWeights map[string]float64 // parsed --tenant-weights
 
 	waits      [admission.NumClasses]time.Duration // parsed --max-wait
+	prefills   [admission.NumClasses]time.Duration // parsed --max-pending-prefill-by-class
 	budgetAll  int                                 // --budget N
 	budgetByPr map[string]int                      // --budget PROFILE=N,...
 
@@ -49,6 +51,7 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.maxWait, "max-wait", "", "with --admission, each class's longest wait, e.g. priority=30s,flex=10m (defaults: priority 30s, default 2m, flex 10m; a negative duration means no limit)")
 	fs.StringVar(&a.budget, "budget", "", "with --admission, every worker's budget of requests in flight (`N`), or per profile (PROFILE=N,...); default: the batch a saturated worker runs for this workload, plus one step's prompts (fleet.DefaultBudgets)")
 	fs.DurationVar(&a.pendingPrefill, "max-pending-prefill", 0, "with --admission, a worker with requests in flight has room only while the prompt tokens bound to it and not yet prefilled would take less than this at the prefill rate the router measured for it (the router's admission.max_pending_prefill; one prompt at a time before the first measurement; 0 = off)")
+	fs.StringVar(&a.classPrefill, "max-pending-prefill-by-class", "", "with --admission, a class's own --max-pending-prefill, e.g. priority=100ms (the router's admission.max_pending_prefill_by_class; classes not named take --max-pending-prefill)")
 	fs.Float64Var(&a.prefill, "prefill-steps", 0, "with --admission, a worker has room only while the prompt tokens bound to it and not yet prefilled are fewer than this many of its steps' token budgets (default 1, as the reference binds; negative = no such bound, the budget alone)")
 	fs.BoolVar(&a.sameStep, "same-step", false, "with --admission, bind the requests a worker's step made room for before it plans its next step, so they join that step (a router with no delay between a step and its answers; the live router's requests start at the step after)")
 	fs.BoolVar(&a.releaseAtStep, "release-at-step", false, "with --admission and --max-pending-prefill, count a bound prompt toward the bound only until its worker plans a step after it was bound, not until its first token (a what-if: the router counts until the first token)")
@@ -70,7 +73,7 @@ func (a *admissionFlags) validate(batch bool) error {
 	if !a.admit {
 		// Every flag of the admit stage, in the order the error names them.
 		var names []string
-		for _, name := range []string{"max-wait", "budget", "queue-max", "max-pending-prefill", "prefill-steps",
+		for _, name := range []string{"max-wait", "budget", "queue-max", "max-pending-prefill", "max-pending-prefill-by-class", "prefill-steps",
 			"same-step", "release-at-step", "max-detour", "kv-max", "batch-prefill", "tenant-weights"} {
 			if given[name] {
 				names = append(names, "--"+name)
@@ -88,7 +91,13 @@ func (a *admissionFlags) validate(batch bool) error {
 	if a.pendingPrefill < 0 {
 		errs = append(errs, errors.New("--max-pending-prefill must not be negative (0 is off)"))
 	}
-	if a.releaseAtStep && a.pendingPrefill == 0 {
+	if a.classPrefill != "" {
+		var err error
+		if a.prefills, err = parseClassDurations("--max-pending-prefill-by-class", a.classPrefill, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if a.releaseAtStep && a.pendingPrefill == 0 && a.prefills == [admission.NumClasses]time.Duration{} {
 		errs = append(errs, errors.New("--release-at-step needs --max-pending-prefill: it changes how long a prompt counts toward that bound, which is off"))
 	}
 	if given["batch-prefill"] && !batch {
@@ -111,18 +120,9 @@ func (a *admissionFlags) validate(batch bool) error {
 		errs = append(errs, errors.New("--queue-max must not be negative"))
 	}
 	if a.maxWait != "" {
-		for item := range strings.SplitSeq(a.maxWait, ",") {
-			name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
-			c, known := admission.ParseClass(strings.TrimSpace(name))
-			d, err := time.ParseDuration(strings.TrimSpace(v))
-			switch {
-			case !ok || !known:
-				errs = append(errs, fmt.Errorf("--max-wait %q: want CLASS=DURATION with class priority, default or flex", item))
-			case err != nil || d == 0:
-				errs = append(errs, fmt.Errorf("--max-wait %q: want a non-zero duration", item))
-			default:
-				a.waits[c] = d
-			}
+		var err error
+		if a.waits, err = parseClassDurations("--max-wait", a.maxWait, true); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if a.budget != "" {
@@ -145,6 +145,31 @@ func (a *admissionFlags) validate(batch bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// parseClassDurations reads CLASS=DURATION,... for the flag named name:
+// durations not zero, and positive unless negative is allowed.
+func parseClassDurations(name, s string, negative bool) ([admission.NumClasses]time.Duration, error) {
+	var out [admission.NumClasses]time.Duration
+	var errs []error
+	for item := range strings.SplitSeq(s, ",") {
+		class, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+		c, known := admission.ParseClass(strings.TrimSpace(class))
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		switch {
+		case !ok || !known:
+			errs = append(errs, fmt.Errorf("%s %q: want CLASS=DURATION with class priority, default or flex", name, item))
+		case err != nil || d == 0 || d < 0 && !negative:
+			want := "a positive duration"
+			if negative {
+				want = "a non-zero duration"
+			}
+			errs = append(errs, fmt.Errorf("%s %q: want %s", name, item, want))
+		default:
+			out[c] = d
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // checkTenants checks that --tenant-weights names only tenants of
@@ -177,7 +202,7 @@ func (a *admissionFlags) options(spec fleet.Spec, reqs []workload.Request) *flee
 	if !a.admit {
 		return nil
 	}
-	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, PendingPrefill: a.pendingPrefill, MaxDetour: a.detour, SameStep: a.sameStep, ReleaseAtStep: a.releaseAtStep, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
+	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, PendingPrefill: a.pendingPrefill, ClassPendingPrefill: a.prefills, MaxDetour: a.detour, SameStep: a.sameStep, ReleaseAtStep: a.releaseAtStep, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
 	if a.budgetAll > 0 || a.budgetByPr != nil {
 		for _, g := range spec {
 			n := a.budgetAll

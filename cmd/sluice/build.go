@@ -237,6 +237,11 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 			o.MaxWait[c] = d.Std()
 		}
 	}
+	for class, d := range m.Admission.MaxPendingPrefillByClass {
+		if c, ok := admission.ParseClass(class); ok {
+			o.ClassPendingPrefill[c] = d.Std()
+		}
+	}
 	return admission.NewGate(pool, picker, o)
 }
 

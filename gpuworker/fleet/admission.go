@@ -80,6 +80,13 @@ type Admission struct {
 	// gate does; one prompt at a time before the first measurement. Zero
 	// turns it off.
 	PendingPrefill time.Duration
+	// ClassPendingPrefill is the router's
+	// admission.max_pending_prefill_by_class: a class's own bound in
+	// place of PendingPrefill, zero entries meaning PendingPrefill. A
+	// loose bound for priority and a tight one for flex keep engines'
+	// prefill backlog short of flex work while priority requests bind
+	// at once.
+	ClassPendingPrefill [admission.NumClasses]time.Duration
 	// MaxDetour keeps a prompt off a worker where it would wait much
 	// longer for its first token than on another: a worker takes the next
 	// request only if the request's estimated time to first token there
@@ -269,8 +276,9 @@ type gate struct {
 	// pendingMax is the bound on pending (0: none).
 	pending    []int64
 	pendingMax []int64
-	// pendingPrefill is Admission.PendingPrefill in seconds (0: off).
-	pendingPrefill float64
+	// pendingPrefill is each class's prefill bound (Admission.PendingPrefill
+	// or its ClassPendingPrefill entry) in seconds (0: off).
+	pendingPrefill [admission.NumClasses]float64
 	unfilled       []bool
 	// With Admission.ReleaseAtStep, fresh holds each worker's prompt tokens
 	// bound since its engine last planned a step, freshIDs their requests
@@ -362,8 +370,12 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 			g.rate[w] = float64(p.MaxBatchedTokens) / d.Seconds()
 		}
 	}
-	g.pendingPrefill = a.PendingPrefill.Seconds()
-	if a.ReleaseAtStep && g.pendingPrefill > 0 {
+	tracks := false
+	for c := range g.pendingPrefill {
+		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.PendingPrefill).Seconds()
+		tracks = tracks || g.pendingPrefill[c] > 0
+	}
+	if a.ReleaseAtStep && tracks {
 		g.fresh, g.freshIDs, g.freshOf = make([]int64, n), make([][]int32, n), make([]bool, len(s.reqs))
 	}
 	if bp := cmp.Or(a.BatchPrefill, DefaultBatchPrefill); bp > 0 && s.batch != nil && s.confined(s.batch.first) {
@@ -437,7 +449,7 @@ func (g *gate) track(now int64) {
 func (g *gate) dispatch(now int64, self int) error {
 	g.expire(now)
 	g.touched = g.touched[:0]
-	for g.anyRoom(false) {
+	for g.anyRoom(false, anyClass) {
 		id := g.nextAside()
 		if id < 0 {
 			it := g.q.Peek()
@@ -445,7 +457,7 @@ func (g *gate) dispatch(now int64, self int) error {
 				break
 			}
 			id = it.Value.(int)
-			if !g.anyRoom(g.s.confined(id)) {
+			if !g.anyRoom(g.s.confined(id), g.s.out[id].Class) {
 				break
 			}
 			// A batch line no worker has room for (its prompt past every
@@ -593,7 +605,7 @@ func (g *gate) nextAside() int {
 // on w).
 func (g *gate) fits(id, w int) bool {
 	batch := g.s.confined(id)
-	if !g.hasRoom(w, batch) {
+	if !g.hasRoom(w, batch, g.s.out[id].Class) {
 		return false
 	}
 	if !batch || g.batchMax == nil || g.others[w] == 0 && g.pending[w] == 0 {
@@ -655,12 +667,23 @@ func (g *gate) best(id int) float64 {
 	return b
 }
 
-// anyRoom reports whether some worker has room for a request (a batch
-// line, if batch).
-func (g *gate) anyRoom(batch bool) bool {
+// anyClass asks anyRoom about a request of any class.
+const anyClass = admission.NumClasses
+
+// anyRoom reports whether some worker has room for a request of class c
+// (a batch line, if batch), or of any class.
+func (g *gate) anyRoom(batch bool, c admission.Class) bool {
 	for w := range g.inFlight {
-		if g.hasRoom(w, batch) {
-			return true
+		if c != anyClass {
+			if g.hasRoom(w, batch, c) {
+				return true
+			}
+			continue
+		}
+		for k := range admission.NumClasses {
+			if g.hasRoom(w, batch, k) {
+				return true
+			}
 		}
 	}
 	return false
@@ -670,7 +693,7 @@ func (g *gate) anyRoom(batch bool) bool {
 // line, if batch): it is below its budget and its prefill bound (for a
 // batch line, the batch bound too) and, unless idle, its last scraped KV
 // use is below the bound.
-func (g *gate) hasRoom(w int, batch bool) bool {
+func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 	n := g.inFlight[w]
 	if n >= g.budget[w] || g.pendingMax != nil && g.pending[w] >= g.pendingMax[w] {
 		return false
@@ -678,14 +701,14 @@ func (g *gate) hasRoom(w int, batch bool) bool {
 	if batch && g.batchMax != nil && g.pending[w] > 0 && g.pending[w] >= g.batchBound(w) {
 		return false
 	}
-	if g.pendingPrefill > 0 && n > 0 {
+	if bound := g.pendingPrefill[c]; bound > 0 && n > 0 {
 		// One prompt at a time before the first measurement, as the live
 		// gate (admission.Gate).
 		p := float64(g.pending[w])
 		if g.fresh != nil {
 			p = float64(g.fresh[w])
 		}
-		if p >= g.measuredPrefill(w)*g.pendingPrefill && p > 0 {
+		if p >= g.measuredPrefill(w)*bound && p > 0 {
 			return false
 		}
 	}

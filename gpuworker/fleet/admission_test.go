@@ -326,6 +326,46 @@ func TestAdmissionPendingPrefillBound(t *testing.T) {
 	assert.Greater(t, stepped[8].TTFT-stepped[8].Held, 3*two)
 }
 
+// A class's own prefill bound (ClassPendingPrefill): behind a burst of
+// flex prompts that fills flex's bound, a priority request with a looser
+// bound is bound on arrival, where with one bound for all it waits for the
+// burst's first prompts' tokens (though ahead of flex in the queue).
+func TestAdmissionPrefillBoundByClass(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b")
+	reqs := []workload.Request{{PromptTokens: 1000, OutputTokens: 2}} // measures the rate
+	for range 10 {
+		reqs = append(reqs, workload.Request{Arrival: 200 * time.Millisecond, PromptTokens: 1000, OutputTokens: 2})
+	}
+	reqs = append(reqs, workload.Request{Arrival: 200*time.Millisecond + time.Microsecond, PromptTokens: 1000, OutputTokens: 2})
+	classes := make([]admission.Class, len(reqs))
+	for i := range classes {
+		classes[i] = admission.Flex
+	}
+	classes[len(reqs)-1] = admission.Priority
+	one := spec.Profiles()[0].PrefillTime(1000, 0)
+	bound := time.Duration(1.5 * float64(one)) // two of the burst's prompts fill it
+	run := func(a *Admission) []Outcome {
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), Classes: classes, Admission: a}, reqs)
+		require.NoError(t, err)
+		for i, o := range res.Requests {
+			require.True(t, o.OK, "request %d: %s", i, o.Err)
+		}
+		return res.Requests
+	}
+	same := run(&Admission{PendingPrefill: bound})
+	var loose [admission.NumClasses]time.Duration
+	loose[admission.Priority] = 4 * one
+	split := run(&Admission{PendingPrefill: bound, ClassPendingPrefill: loose})
+	last := len(reqs) - 1
+	assert.Positive(t, same[last].Held, "one bound: priority waits for room")
+	assert.Zero(t, split[last].Held, "its own bound: priority is bound on arrival")
+	assert.Less(t, split[last].TTFT, same[last].TTFT)
+	for i := 1; i < last; i++ {
+		assert.Equal(t, same[i].Held > 0, split[i].Held > 0, "flex request %d waits alike under both", i)
+	}
+	assert.Positive(t, split[last-1].Held, "the burst's last flex waits")
+}
+
 // Under overload priority waits less than flex: it goes first in the queue.
 func TestAdmissionPriorityWaitsLess(t *testing.T) {
 	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")

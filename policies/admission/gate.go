@@ -73,6 +73,11 @@ type Options struct {
 	// replicas counts only its own prompts and holds to its share, the
 	// bound divided by Replicas. 0 turns it off.
 	MaxPendingPrefill time.Duration
+	// ClassPendingPrefill gives a class its own MaxPendingPrefill; a zero
+	// entry means MaxPendingPrefill. A loose bound for priority and a tight
+	// one for flex keep the engines' prefill backlog of flex work short
+	// while priority requests bind at once (see Gate.prefillBound).
+	ClassPendingPrefill [NumClasses]time.Duration
 	// PendingUntilStep counts a prompt toward MaxPendingPrefill only until
 	// its endpoint's next step mark (backends.Endpoint.FreshPromptTokens;
 	// the router marks steps from the streams it relays from the endpoint,
@@ -193,7 +198,7 @@ type Gate struct {
 	// too, else one dispatch could bind a burst where one prompt fits.
 	// Kept only with those bounds (tracksPending).
 	unstarted map[*backends.Endpoint]int64
-	full      map[*backends.Endpoint]time.Time // shared store said full, until
+	full      map[*backends.Endpoint][NumClasses]time.Time // shared store said full to a class, until
 	// handing holds, per endpoint, the started tickets whose leases carry
 	// their prompts in the shared store, with the endpoint's step marks
 	// when each started: a later mark hands the prompt to the engine
@@ -252,7 +257,7 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 		return nil, fmt.Errorf("admission: lease prefix: %w", err)
 	}
 	return &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
-		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint]time.Time{},
+		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint][NumClasses]time.Time{},
 		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now, counts: new([NumClasses]classCounters)}, nil
 }
 
@@ -500,13 +505,10 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 	}
 	room := g.scratch[:0]
 	for _, e := range avail {
-		if until, ok := g.full[e]; ok {
-			if now.Before(until) {
-				continue
-			}
-			delete(g.full, e)
+		if g.isFull(e, r.Class, now) {
+			continue
 		}
-		if g.hasRoom(e) && g.batchFits(e, batch, routing) && !contains(exclude, e) {
+		if g.hasRoom(e, r.Class) && g.batchFits(e, batch, routing) && !contains(exclude, e) {
 			room = append(room, e)
 		}
 	}
@@ -531,8 +533,8 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		case err != nil: // the store failed: admit within this replica's share
 			g.orphanLocked(ep, lease) // the store may have granted it all the same
 			lease = ""
-			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas) {
-				g.full[ep] = now.Add(g.o.Patience)
+			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas, r.Class) {
+				g.markFull(ep, r.Class, now.Add(g.o.Patience))
 				return nil, "", ErrNoRoom
 			}
 		case grant == Behind: // not the endpoint's doing: this request waits its turn
@@ -541,7 +543,7 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 			}
 			return nil, "", errBehind
 		case grant != Granted:
-			g.full[ep] = now.Add(g.o.Patience)
+			g.markFull(ep, r.Class, now.Add(g.o.Patience))
 			return nil, "", ErrNoRoom
 		}
 	}
@@ -573,7 +575,7 @@ func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.T
 		return l
 	}
 	rate := ep.PrefillTokensPerSec()
-	l.MaxPrompt = max(int64(rate*g.o.MaxPendingPrefill.Seconds()), 1) // one at a time before a measurement
+	l.MaxPrompt = max(int64(rate*g.prefillBound(r.Class).Seconds()), 1) // one at a time before a measurement
 	l.Prompt = max(promptOf(routing), 1)
 	if routing != nil && !routing.Stream {
 		d := time.Second // as backends.Endpoint.StartWhole guesses before a measurement
@@ -587,13 +589,87 @@ func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.T
 
 // sharesPrefill reports whether the replicas hold MaxPendingPrefill
 // together, through the shared store.
-func (g *Gate) sharesPrefill() bool { return g.o.Shared != nil && g.o.MaxPendingPrefill > 0 }
+func (g *Gate) sharesPrefill() bool { return g.o.Shared != nil && g.boundsPrefill() }
+
+// boundsPrefill reports whether some class has a MaxPendingPrefill
+// (ClassPendingPrefill) bound.
+func (g *Gate) boundsPrefill() bool {
+	for c := range NumClasses {
+		if g.prefillBound(c) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// prefillBound is class c's MaxPendingPrefill: its ClassPendingPrefill
+// entry, or MaxPendingPrefill; 0 is none.
+//
+// Bounds by class were measured in simulation on Poisson load, 30%
+// priority and 70% flex, tuned on seeds 0, 1, 4 and 5 and reported on 2
+// and 3: 35ms for flex with 140ms for priority took priority's p99 time
+// to first token at 1.3x capacity from 380 and 364 ms (35ms for both) to
+// 270 and 247 ms, at 0.5x from 295 and 303 to 176 and 170 ms, and flex's
+// median from 25.7 and 27.6 s to 15.6 and 17.2 s (README, Benchmarks).
+func (g *Gate) prefillBound(c Class) time.Duration {
+	if c < NumClasses && g.o.ClassPendingPrefill[c] > 0 {
+		return g.o.ClassPendingPrefill[c]
+	}
+	return g.o.MaxPendingPrefill
+}
+
+// perClassPrefill reports whether the classes' prefill bounds differ, so
+// that room refused to one class may be there for another.
+func (g *Gate) perClassPrefill() bool {
+	for c := range NumClasses {
+		if g.prefillBound(c) != g.o.MaxPendingPrefill {
+			return true
+		}
+	}
+	return false
+}
+
+// markFull notes that the shared store refused class c room on e, so that
+// requests of that class (of every class, where the classes' bounds are
+// the same) do not ask it again before until.
+func (g *Gate) markFull(e *backends.Endpoint, c Class, until time.Time) {
+	f := g.full[e]
+	if !g.perClassPrefill() || c >= NumClasses {
+		for k := range f {
+			f[k] = until
+		}
+	} else {
+		f[c] = until
+	}
+	g.full[e] = f
+}
+
+// isFull reports whether e was marked full to class c until after now.
+func (g *Gate) isFull(e *backends.Endpoint, c Class, now time.Time) bool {
+	f, ok := g.full[e]
+	if !ok {
+		return false
+	}
+	if c >= NumClasses {
+		c = Flex
+	}
+	if !now.Before(f[c]) {
+		for _, t := range f {
+			if now.Before(t) {
+				return false
+			}
+		}
+		delete(g.full, e)
+		return false
+	}
+	return true
+}
 
 // tracksPending reports whether the gate bounds endpoints' pending prompt
 // tokens (MaxPendingPrompt, MaxPendingPrefill, BatchPrefill) and so keeps
 // unstarted.
 func (g *Gate) tracksPending() bool {
-	return g.o.MaxPendingPrompt != nil || g.o.MaxPendingPrefill > 0 || g.o.BatchPrefill > 0
+	return g.o.MaxPendingPrompt != nil || g.boundsPrefill() || g.o.BatchPrefill > 0
 }
 
 // startedLocked takes a bound request's prompt out of ep's unstarted
@@ -669,9 +745,10 @@ func (g *Gate) batchFits(e *backends.Endpoint, batch bool, routing *policies.Req
 // prompts: interactive p50 time to first token went from 3.0 s to 7.4 s.
 const BatchIdleFactor = 5
 
-// hasRoom reports whether e may take one more request now: under its
-// budget, its KV cache not full while it works, its prefill backlog short.
-func (g *Gate) hasRoom(e *backends.Endpoint) bool {
+// hasRoom reports whether e may take one more request of class c now:
+// under its budget, its KV cache not full while it works, its prefill
+// backlog short.
+func (g *Gate) hasRoom(e *backends.Endpoint, c Class) bool {
 	if b := g.o.Budget(e); b > 0 && g.granted[e] >= b {
 		return false
 	}
@@ -691,14 +768,15 @@ func (g *Gate) hasRoom(e *backends.Endpoint) bool {
 	if g.sharesPrefill() {
 		share = 1
 	}
-	return g.prefillRoom(e, share)
+	return g.prefillRoom(e, share, c)
 }
 
-// prefillRoom reports whether e is under 1/share of MaxPendingPrefill by
-// the prompts this replica sent it: each of share replicas counts only its
-// own and holds to its part, so the backend holds about the whole.
-func (g *Gate) prefillRoom(e *backends.Endpoint, share int) bool {
-	if d := g.o.MaxPendingPrefill; d > 0 && g.granted[e] > 0 {
+// prefillRoom reports whether e is under 1/share of class c's
+// MaxPendingPrefill by the prompts this replica sent it: each of share
+// replicas counts only its own and holds to its part, so the backend holds
+// about the whole.
+func (g *Gate) prefillRoom(e *backends.Endpoint, share int, c Class) bool {
+	if d := g.prefillBound(c); d > 0 && g.granted[e] > 0 {
 		// Before the first measurement one prompt at a time: with no bound
 		// then, a run's first burst went wherever budgets allowed, and
 		// three replicas' priority p99 TTFT live was their first second's
@@ -812,10 +890,10 @@ func (g *Gate) bindAsideLocked() bool {
 func (g *Gate) batchRoomLocked() bool {
 	now := g.now()
 	for _, e := range g.pool.Available(nil, now) {
-		if until, ok := g.full[e]; ok && now.Before(until) {
+		if g.isFull(e, Flex, now) {
 			continue
 		}
-		if g.hasRoom(e) && g.batchFits(e, true, nil) {
+		if g.hasRoom(e, Flex) && g.batchFits(e, true, nil) {
 			return true
 		}
 	}
@@ -982,7 +1060,7 @@ func (t *Ticket) Prefilled() {
 		return
 	}
 	g := t.g
-	if g.o.MaxPendingPrompt == nil && g.o.MaxPendingPrefill <= 0 && g.o.BatchPrefill <= 0 {
+	if !g.tracksPending() {
 		return
 	}
 	if g.sharesPrefill() && t.lease != "" && t.prefilled.CompareAndSwap(false, true) {
@@ -1168,7 +1246,7 @@ func (g *Gate) Stepped(ep *backends.Endpoint) {
 // endpoint's next step mark (Options.PendingUntilStep with
 // MaxPendingPrefill): the router then marks steps from the streams it
 // relays and calls Stepped when a mark hands prompts to an engine.
-func (g *Gate) MarksSteps() bool { return g.o.PendingUntilStep && g.o.MaxPendingPrefill > 0 }
+func (g *Gate) MarksSteps() bool { return g.o.PendingUntilStep && g.boundsPrefill() }
 
 // Waiting is how many requests wait (retries waiting to rebind included).
 func (g *Gate) Waiting() int {

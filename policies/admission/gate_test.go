@@ -355,6 +355,48 @@ func TestGateHoldsRequestsFromALongPrefillBacklogInTime(t *testing.T) {
 	}
 }
 
+// With ClassPendingPrefill a class has its own bound: a prefill backlog
+// that holds flex back (20 ms here) lets a priority request bind at once
+// (100 ms), and flex binds when the backlog clears.
+func TestGateBoundsEachClassToItsOwnPrefillBacklog(t *testing.T) {
+	g, e := oneEndpointGate(t, admission.Options{
+		Budget:              func(*backends.Endpoint) int { return 10 },
+		Patience:            time.Hour, // no looks: only Prefilled and Release bind
+		KVMax:               -1,
+		MaxPendingPrefill:   20 * time.Millisecond,
+		ClassPendingPrefill: [admission.NumClasses]time.Duration{admission.Priority: 100 * time.Millisecond},
+	})
+	e.ObservePrefill(0, 1000, time.Second) // 1,000 tokens/s: 20 tokens for flex, 100 for priority
+	ctx := context.Background()
+	first, err := g.Admit(ctx, req(admission.Flex, "x"))
+	require.NoError(t, err, "an idle endpoint takes any request")
+	att := e.Start(50, 60) // 50 ms of prefill pending
+	flex := queued(t, g, ctx, req(admission.Flex, "x"))
+	prio, err := g.Admit(ctx, req(admission.Priority, "x"))
+	require.NoError(t, err, "50 ms pending is within priority's 100 ms")
+	assert.Same(t, e, prio.Endpoint())
+	assert.Equal(t, 1, g.Waiting(), "flex waits: 50 ms pending is past its 20 ms")
+	dflt := queued(t, g, ctx, req(admission.Default, "x")) // default takes max_pending_prefill too
+	att2 := e.Start(60, 70)                                // 110 ms pending: past priority's bound as well
+	prio2 := queued(t, g, ctx, req(admission.Priority, "x"))
+	att.FirstToken(50 * time.Millisecond)
+	first.Prefilled() // 60 ms pending: priority's room, nobody else's
+	r := <-prio2
+	require.NoError(t, r.err)
+	assert.Equal(t, 2, g.Waiting())
+	att2.FirstToken(60 * time.Millisecond)
+	prio.Prefilled() // nothing pending: the default request, then flex
+	rd, rf := <-dflt, <-flex
+	require.NoError(t, rd.err)
+	require.NoError(t, rf.err)
+	for _, a := range []*backends.Attempt{&att, &att2} {
+		a.Finish(backends.Outcome{})
+	}
+	for _, tk := range []*admission.Ticket{first, prio, r.t, rd.t, rf.t} {
+		tk.Release()
+	}
+}
+
 // prefillGate is a gate over one endpoint measured at 1,000 prefill
 // tokens/s, with a prefill bound of 100 ms (100 tokens) split between
 // replicas, a budget of 10 and no looks for room (Patience an hour).

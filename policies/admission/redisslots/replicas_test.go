@@ -521,3 +521,40 @@ func TestAWaitingReplicaBeats(t *testing.T) {
 	held.Release()
 	boundSoon(t, waiting, "after the release").Release()
 }
+
+// With a prefill bound per class the store holds each lease to its own
+// class's: where the backlog one replica sent holds flex back on another
+// replica, a priority request there binds at once (the flex refusal marks
+// the backend full to flex only), and flex binds once the backlog clears.
+func TestReplicasHoldEachClassToItsOwnPrefillBound(t *testing.T) {
+	store := newSlots(t)
+	const addr = "http://10.0.0.1:8000"
+	byClass := func(o *admission.Options) {
+		o.ClassPendingPrefill[admission.Priority] = 100 * time.Millisecond
+	}
+	a := sharedGate(t, store, addr, 10, 10*time.Millisecond, 20*time.Millisecond, byClass)
+	b := sharedGate(t, store, addr, 10, time.Hour, 20*time.Millisecond, byClass) // no looks: a mark of full lasts
+	ctx := context.Background()
+	classed := func(c admission.Class, prompt int) admission.Request {
+		r := stream(prompt)
+		r.Class = c
+		return r
+	}
+	first, err := a.Admit(ctx, classed(admission.Flex, 50))
+	require.NoError(t, err, "an idle backend takes any request")
+	flex := admitLater(t, b, classed(admission.Flex, 10)) // 50 ms pending: past flex's 20 ms
+	time.Sleep(20 * time.Millisecond)                     // refused by the store, and marked full to flex
+	prio, err := b.Admit(ctx, classed(admission.Priority, 10))
+	require.NoError(t, err, "50 ms pending is within priority's 100 ms")
+	assert.Equal(t, 1, b.Waiting(), "flex still waits")
+	pending, err := store.PendingPrompt(ctx, "m", addr)
+	require.NoError(t, err)
+	assert.EqualValues(t, 60, pending)
+
+	first.Prefilled()
+	prio.Prefilled() // nothing pending: flex's room
+	f := boundSoon(t, flex, "after the backlog cleared")
+	for _, tk := range []*admission.Ticket{first, prio, f} {
+		tk.Release()
+	}
+}
