@@ -215,6 +215,7 @@ type Gate struct {
 	seq     atomic.Uint64
 	prefix  string
 	counts  *[NumClasses]classCounters // shared with the gate it replaced (CountWith)
+	binds   bindRate                   // how fast requests leave the queue bound, for Retry-After
 	prev    atomic.Pointer[Gate]       // that gate while requests wait there, for Stats
 	// lastPoll is when a waiter's poll last dispatched (UnixNano): one
 	// poll per Patience dispatches, however many wait (pollDue).
@@ -483,11 +484,84 @@ func (g *Gate) shedError(c Class, reason string) *ShedError {
 	if g.o.OnShed != nil {
 		g.o.OnShed(c, reason)
 	}
-	ra := time.Second
+	return &ShedError{Class: c, Reason: reason, RetryAfter: g.retryAfter(c)}
+}
+
+// Retry-After bounds for a shed request: at least minRetry (flex
+// minFlexRetry, as its clients back off longer), at most maxRetry, the
+// longest the OpenAI SDKs honour (they fall back to their own backoff
+// beyond a minute).
+const (
+	minRetry     = time.Second
+	minFlexRetry = 5 * time.Second
+	maxRetry     = time.Minute
+)
+
+// retryAfter is how long a request of class c shed now should wait before
+// it tries again: the time the requests waiting ahead of it (its class
+// and better ones, itself included) take to be bound at the rate requests
+// have been bound lately, within minRetry (minFlexRetry) and maxRetry; the
+// least when none was bound lately. A fixed 5 s told flex clients to come
+// back while minutes of work still waited ahead of them.
+func (g *Gate) retryAfter(c Class) time.Duration {
+	least := minRetry
 	if c == Flex {
-		ra = 5 * time.Second
+		least = minFlexRetry
 	}
-	return &ShedError{Class: c, Reason: reason, RetryAfter: ra}
+	rate := g.binds.perSecond(g.now().UnixNano())
+	if rate <= 0 {
+		return least
+	}
+	ahead := 1
+	g.mu.Lock()
+	for k := Class(0); k <= c && k < NumClasses; k++ {
+		ahead += g.q.ClassLen(k)
+	}
+	for _, w := range g.aside {
+		if w.r.Class <= c {
+			ahead++
+		}
+	}
+	g.mu.Unlock()
+	d := time.Duration(float64(ahead) / rate * float64(time.Second))
+	return min(max(d, least), maxRetry)
+}
+
+// bindRate measures how many requests a gate binds per second, over
+// windows of bindWindow; lock-free, as every admitted request counts.
+type bindRate struct {
+	start atomic.Int64  // the window's start, UnixNano (0: none yet)
+	n     atomic.Int64  // binds in the window
+	last  atomic.Uint64 // the last whole window's rate, float64 bits
+}
+
+const bindWindow = 5 * time.Second
+
+func (b *bindRate) add(now int64) {
+	n := b.n.Add(1)
+	s := b.start.Load()
+	if s == 0 {
+		b.start.CompareAndSwap(0, now)
+		return
+	}
+	if el := now - s; el >= int64(bindWindow) && b.start.CompareAndSwap(s, now) {
+		b.last.Store(math.Float64bits(float64(n) / (float64(el) / 1e9)))
+		b.n.Add(-n)
+	}
+}
+
+// perSecond is the last whole window's rate, or, once the window in
+// progress is longer than one (nothing bound to close it), that window's
+// rate so far, which falls as the gate stays idle; 0 before any bind.
+func (b *bindRate) perSecond(now int64) float64 {
+	s := b.start.Load()
+	if s == 0 {
+		return 0
+	}
+	if el := now - s; el >= int64(bindWindow) {
+		return float64(b.n.Load()) / (float64(el) / 1e9)
+	}
+	return math.Float64frombits(b.last.Load())
 }
 
 // bindLocked picks an endpoint with room (not in exclude) for r, which

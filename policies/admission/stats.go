@@ -68,6 +68,7 @@ func (g *Gate) Stats() [NumClasses]ClassStats {
 }
 
 func (g *Gate) admitted(c Class, waited time.Duration) {
+	g.binds.add(g.now().UnixNano())
 	if c < NumClasses {
 		g.counts[c].admitted.Add(1)
 		g.counts[c].waited.Add(int64(waited))
