@@ -649,7 +649,9 @@ func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.T
 		return l
 	}
 	rate := ep.PrefillTokensPerSec()
-	l.MaxPrompt = max(int64(rate*g.prefillBound(r.Class).Seconds()), 1) // one at a time before a measurement
+	if d := g.prefillBound(r.Class); d > 0 { // else its prompt counts for others, bounding nothing itself
+		l.MaxPrompt = max(int64(rate*d.Seconds()), 1) // one at a time before a measurement
+	}
 	l.Prompt = max(promptOf(routing), 1)
 	if routing != nil && !routing.Stream {
 		d := time.Second // as backends.Endpoint.StartWhole guesses before a measurement

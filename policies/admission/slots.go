@@ -91,9 +91,10 @@ type Lease struct {
 	// MaxPrompt, when positive, bounds the backend's pending prefill over
 	// all replicas: the lease is refused while the backend has live leases
 	// whose pending prompts add up to at least MaxPrompt tokens. Prompt,
-	// the request's own, then counts there until Prefilled, Release or
-	// PromptUntil (for an answer that comes whole, which has no first
-	// token to wait for), whichever is first.
+	// the request's own, when positive counts there (bound or not, so that
+	// a class without a bound of its own still counts toward the others')
+	// until Prefilled, Release or PromptUntil (for an answer that comes
+	// whole, which has no first token to wait for), whichever is first.
 	MaxPrompt, Prompt int64
 	PromptUntil       time.Time
 }

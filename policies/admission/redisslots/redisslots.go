@@ -114,7 +114,7 @@ if maxp > 0 and held > 0 then
 end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
-if maxp > 0 and tonumber(ARGV[8]) > 0 then
+if tonumber(ARGV[8]) > 0 then
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[8] .. ':' .. ARGV[9])
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
 end

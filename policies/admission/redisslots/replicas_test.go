@@ -558,3 +558,34 @@ func TestReplicasHoldEachClassToItsOwnPrefillBound(t *testing.T) {
 		tk.Release()
 	}
 }
+
+// A class with no bound of its own where only another class has one binds
+// whatever prefill waits, and its prompt still counts toward the others'.
+func TestAClassWithoutAPrefillBoundIsNotHeldByTheStore(t *testing.T) {
+	store := newSlots(t)
+	const addr = "http://10.0.0.1:8000"
+	flexOnly := func(o *admission.Options) {
+		o.ClassPendingPrefill[admission.Flex] = 20 * time.Millisecond
+	}
+	a := sharedGate(t, store, addr, 10, time.Hour, 0, flexOnly)
+	b := sharedGate(t, store, addr, 10, time.Hour, 0, flexOnly)
+	ctx := context.Background()
+	first, err := a.Admit(ctx, stream(50))
+	require.NoError(t, err)
+	second, err := b.Admit(ctx, stream(50))
+	require.NoError(t, err, "the default class has no bound: 50 ms pending does not hold it")
+	second.Started() // its attempt went out: its prompt is the store's to count
+	pending, err := store.PendingPrompt(ctx, "m", addr)
+	require.NoError(t, err)
+	assert.EqualValues(t, 100, pending, "both prompts count toward flex's bound")
+	flex := stream(10)
+	flex.Class = admission.Flex
+	waits := admitLater(t, b, flex)
+	first.Prefilled()
+	second.Prefilled()
+	b.Room(addr) // as the store's wake-up would tell it
+	f := boundSoon(t, waits, "after the backlog cleared")
+	for _, tk := range []*admission.Ticket{first, second, f} {
+		tk.Release()
+	}
+}
