@@ -251,6 +251,13 @@ type Admission struct {
 	// backlog short while priority requests still bind at once. Classes
 	// not named take max_pending_prefill. Default none.
 	MaxPendingPrefillByClass map[string]Duration `yaml:"max_pending_prefill_by_class"`
+	// MaxPendingPrefillBelowShare: a request whose tenant holds less than
+	// its weighted share of the model's requests in flight from this
+	// replica, while another tenant holds some, takes this bound where it
+	// is larger than its class's, so a light tenant's request binds past a
+	// heavy tenant's backlog. A class without a bound stays without.
+	// Default 0: off.
+	MaxPendingPrefillBelowShare Duration `yaml:"max_pending_prefill_below_share"`
 	// PendingUntilStep, with max_pending_prefill, counts a prompt toward
 	// it only until the backend's next engine step begins, as the bytes of
 	// the streams Sluice relays from it show, rather than until its own

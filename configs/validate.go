@@ -177,6 +177,9 @@ func (c *Config) Validate() error {
 			bad(p+".max_pending_prefill", "must not be negative (0 is off), got %s", a.MaxPendingPrefill.Std())
 		}
 		checkClassDurations(bad, p+".max_pending_prefill_by_class", a.MaxPendingPrefillByClass, " (leave the class out for max_pending_prefill)")
+		if a.MaxPendingPrefillBelowShare < 0 {
+			bad(p+".max_pending_prefill_below_share", "must not be negative (0 is off), got %s", a.MaxPendingPrefillBelowShare.Std())
+		}
 		if a.PendingUntilStep && a.MaxPendingPrefill <= 0 && len(a.MaxPendingPrefillByClass) == 0 {
 			bad(p+".pending_until_step", "changes how max_pending_prefill counts prompts; set max_pending_prefill too")
 		}

@@ -27,6 +27,9 @@
 # empty: off) PRIORITY_PREFILL= (priority's own bound, the same way:
 # admission.max_pending_prefill_by_class.priority and simulate's
 # --max-pending-prefill-by-class priority=; empty: PENDING_PREFILL's)
+# BELOW_SHARE= (the bound of a tenant under its share of the requests in
+# flight, the same way: admission.max_pending_prefill_below_share and
+# simulate's --max-pending-prefill-below-share; empty: off)
 # UNTIL_STEP= (1: admission.pending_until_step, and simulate's
 # --release-at-step)
 # REPLICAS=1 REDIS_URL=redis://127.0.0.1:6379/0 RUNS="light over over-noadm"
@@ -97,11 +100,12 @@ config() { # admission on|off, router port, tenants (yes|no)
 	fi
 	echo "models:"
 	echo "  - name: $MODEL"
-	if [ "$REPLICAS" -gt 1 ] || [ -n "${PENDING_PREFILL:-}" ] || [ -n "${PRIORITY_PREFILL:-}" ]; then
+	if [ "$REPLICAS" -gt 1 ] || [ -n "${PENDING_PREFILL:-}" ] || [ -n "${PRIORITY_PREFILL:-}" ] || [ -n "${BELOW_SHARE:-}" ]; then
 		echo "    admission:"
 		if [ "$REPLICAS" -gt 1 ]; then echo "      replicas: $REPLICAS"; fi
 		if [ -n "${PENDING_PREFILL:-}" ]; then echo "      max_pending_prefill: $(wall_time "$PENDING_PREFILL")"; fi
 		if [ -n "${PRIORITY_PREFILL:-}" ]; then echo "      max_pending_prefill_by_class: {priority: $(wall_time "$PRIORITY_PREFILL")}"; fi
+		if [ -n "${BELOW_SHARE:-}" ]; then echo "      max_pending_prefill_below_share: $(wall_time "$BELOW_SHARE")"; fi
 		if [ -n "${UNTIL_STEP:-}" ]; then echo "      pending_until_step: true"; fi
 	fi
 	echo "    backends:"
@@ -164,6 +168,7 @@ run() { # name, admission on|off, load[, extra load and simulate flags]
 	"$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$load" "${shares[@]}" --seed 2 \
 		--policy default $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET" \
 			${PENDING_PREFILL:+--max-pending-prefill "$PENDING_PREFILL"} ${PRIORITY_PREFILL:+--max-pending-prefill-by-class "priority=$PRIORITY_PREFILL"} \
+			${BELOW_SHARE:+--max-pending-prefill-below-share "$BELOW_SHARE"} \
 			${UNTIL_STEP:+--release-at-step}) \
 		--json "$tmp/$name-sim.json" >/dev/null 2>&1
 }
@@ -179,7 +184,7 @@ for r in $RUNS; do
 done
 stop_all
 
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-off}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${UNTIL_STEP:+ until the next step}; $REPLICAS Sluice replica(s)"
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-off}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${BELOW_SHARE:+, below share $BELOW_SHARE}${UNTIL_STEP:+ until the next step}; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]

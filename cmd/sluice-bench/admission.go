@@ -25,6 +25,7 @@ type admissionFlags struct {
 	prefill        float64
 	pendingPrefill time.Duration
 	classPrefill   string
+	belowShare     time.Duration
 	detour         time.Duration
 	sameStep       bool
 	releaseAtStep  bool
@@ -52,6 +53,7 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.budget, "budget", "", "with --admission, every worker's budget of requests in flight (`N`), or per profile (PROFILE=N,...); default: the batch a saturated worker runs for this workload, plus one step's prompts (fleet.DefaultBudgets)")
 	fs.DurationVar(&a.pendingPrefill, "max-pending-prefill", 0, "with --admission, a worker with requests in flight has room only while the prompt tokens bound to it and not yet prefilled would take less than this at the prefill rate the router measured for it (the router's admission.max_pending_prefill; one prompt at a time before the first measurement; 0 = off)")
 	fs.StringVar(&a.classPrefill, "max-pending-prefill-by-class", "", "with --admission, a class's own --max-pending-prefill, e.g. priority=100ms (the router's admission.max_pending_prefill_by_class; classes not named take --max-pending-prefill)")
+	fs.DurationVar(&a.belowShare, "max-pending-prefill-below-share", 0, "with --admission, the prefill bound of a request whose tenant holds less than its weighted share of the requests in flight while another tenant holds some, where larger than its class's (the router's admission.max_pending_prefill_below_share; 0 = off)")
 	fs.Float64Var(&a.prefill, "prefill-steps", 0, "with --admission, a worker has room only while the prompt tokens bound to it and not yet prefilled are fewer than this many of its steps' token budgets (default 1, as the reference binds; negative = no such bound, the budget alone)")
 	fs.BoolVar(&a.sameStep, "same-step", false, "with --admission, bind the requests a worker's step made room for before it plans its next step, so they join that step (a router with no delay between a step and its answers; the live router's requests start at the step after)")
 	fs.BoolVar(&a.releaseAtStep, "release-at-step", false, "with --admission and --max-pending-prefill, count a bound prompt toward the bound only until its worker plans a step after it was bound, not until its first token (a what-if: the router counts until the first token)")
@@ -73,7 +75,7 @@ func (a *admissionFlags) validate(batch bool) error {
 	if !a.admit {
 		// Every flag of the admit stage, in the order the error names them.
 		var names []string
-		for _, name := range []string{"max-wait", "budget", "queue-max", "max-pending-prefill", "max-pending-prefill-by-class", "prefill-steps",
+		for _, name := range []string{"max-wait", "budget", "queue-max", "max-pending-prefill", "max-pending-prefill-by-class", "max-pending-prefill-below-share", "prefill-steps",
 			"same-step", "release-at-step", "max-detour", "kv-max", "batch-prefill", "tenant-weights"} {
 			if given[name] {
 				names = append(names, "--"+name)
@@ -90,6 +92,9 @@ func (a *admissionFlags) validate(batch bool) error {
 	}
 	if a.pendingPrefill < 0 {
 		errs = append(errs, errors.New("--max-pending-prefill must not be negative (0 is off)"))
+	}
+	if a.belowShare < 0 {
+		errs = append(errs, errors.New("--max-pending-prefill-below-share must not be negative (0 is off)"))
 	}
 	if a.classPrefill != "" {
 		var err error
@@ -202,7 +207,7 @@ func (a *admissionFlags) options(spec fleet.Spec, reqs []workload.Request) *flee
 	if !a.admit {
 		return nil
 	}
-	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, PendingPrefill: a.pendingPrefill, ClassPendingPrefill: a.prefills, MaxDetour: a.detour, SameStep: a.sameStep, ReleaseAtStep: a.releaseAtStep, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
+	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, PendingPrefill: a.pendingPrefill, ClassPendingPrefill: a.prefills, BelowSharePrefill: a.belowShare, MaxDetour: a.detour, SameStep: a.sameStep, ReleaseAtStep: a.releaseAtStep, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
 	if a.budgetAll > 0 || a.budgetByPr != nil {
 		for _, g := range spec {
 			n := a.budgetAll

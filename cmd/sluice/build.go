@@ -221,6 +221,7 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		BatchPrefill:      m.Admission.BatchPrefill.Std(),
 		BatchReserve:      m.Admission.BatchReserve,
 		MaxPendingPrefill: m.Admission.MaxPendingPrefill.Std(),
+		BelowSharePrefill: m.Admission.MaxPendingPrefillBelowShare.Std(),
 		PendingUntilStep:  m.Admission.PendingUntilStep,
 	}
 	if o.KVMax >= 1 {

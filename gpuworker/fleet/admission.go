@@ -87,6 +87,13 @@ type Admission struct {
 	// prefill backlog short of flex work while priority requests bind
 	// at once.
 	ClassPendingPrefill [admission.NumClasses]time.Duration
+	// BelowSharePrefill is the router's
+	// admission.max_pending_prefill_below_share: a request whose tenant
+	// holds less than its weighted share of the requests in flight (with
+	// another tenant holding some) takes the larger of this and its
+	// class's bound, so a light tenant's request binds past a heavy
+	// tenant's backlog (a class without a bound stays without). Zero: off.
+	BelowSharePrefill time.Duration
 	// MaxDetour keeps a prompt off a worker where it would wait much
 	// longer for its first token than on another: a worker takes the next
 	// request only if the request's estimated time to first token there
@@ -257,6 +264,11 @@ func saturatedBatch(p gpuworker.Profile, m shape) int {
 
 // gate is the admit stage of one run.
 type gate struct {
+	// tenantIn counts each tenant's requests in flight, for
+	// Admission.BelowSharePrefill (nil: off); loose marks the request
+	// whose room is being asked as below its share.
+	tenantIn map[string]int
+	loose    bool
 	s        *sim
 	opts     *Admission
 	q        *admission.Queue
@@ -375,6 +387,9 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.PendingPrefill).Seconds()
 		tracks = tracks || g.pendingPrefill[c] > 0
 	}
+	if a.BelowSharePrefill > 0 {
+		g.tenantIn = map[string]int{}
+	}
 	if a.ReleaseAtStep && tracks {
 		g.fresh, g.freshIDs, g.freshOf = make([]int64, n), make([][]int32, n), make([]bool, len(s.reqs))
 	}
@@ -457,7 +472,10 @@ func (g *gate) dispatch(now int64, self int) error {
 				break
 			}
 			id = it.Value.(int)
-			if !g.anyRoom(g.s.confined(id), g.s.out[id].Class) {
+			g.loose = g.belowShare(id)
+			room := g.anyRoom(g.s.confined(id), g.s.out[id].Class)
+			g.loose = false
+			if !room {
 				break
 			}
 			// A batch line no worker has room for (its prompt past every
@@ -534,6 +552,9 @@ func (g *gate) bind(id int, now int64) (int, error) {
 		return -1, fmt.Errorf("fleet: policy returned worker %d, which has no room", w)
 	}
 	g.inFlight[w]++
+	if g.tenantIn != nil {
+		g.tenantIn[s.out[id].Tenant]++
+	}
 	g.peak[w] = max(g.peak[w], g.inFlight[w])
 	if g.others != nil && !s.confined(id) {
 		g.others[w]++
@@ -570,6 +591,9 @@ func (g *gate) release(id int) {
 	g.prefilled(id)
 	if w := g.s.out[id].Worker; w >= 0 {
 		g.inFlight[w]--
+		if g.tenantIn != nil {
+			g.tenantIn[g.s.out[id].Tenant]--
+		}
 		if g.others != nil && !g.s.confined(id) {
 			g.others[w]--
 		}
@@ -605,7 +629,10 @@ func (g *gate) nextAside() int {
 // on w).
 func (g *gate) fits(id, w int) bool {
 	batch := g.s.confined(id)
-	if !g.hasRoom(w, batch, g.s.out[id].Class) {
+	g.loose = g.belowShare(id)
+	room := g.hasRoom(w, batch, g.s.out[id].Class)
+	g.loose = false
+	if !room {
 		return false
 	}
 	if !batch || g.batchMax == nil || g.others[w] == 0 && g.pending[w] == 0 {
@@ -701,7 +728,11 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 	if batch && g.batchMax != nil && g.pending[w] > 0 && g.pending[w] >= g.batchBound(w) {
 		return false
 	}
-	if bound := g.pendingPrefill[c]; bound > 0 && n > 0 {
+	bound := g.pendingPrefill[c]
+	if g.loose && bound > 0 { // a class without a bound has none to loosen
+		bound = max(bound, g.opts.BelowSharePrefill.Seconds())
+	}
+	if bound > 0 && n > 0 {
 		// One prompt at a time before the first measurement, as the live
 		// gate (admission.Gate).
 		p := float64(g.pending[w])
@@ -899,4 +930,32 @@ func (g *gate) stepped(w int) {
 	}
 	g.freshIDs[w] = g.freshIDs[w][:0]
 	g.fresh[w] = 0
+}
+
+// belowShare reports whether request id's tenant holds less than its
+// weighted share of the requests in flight, another tenant holding some
+// (Admission.BelowSharePrefill; false when off).
+func (g *gate) belowShare(id int) bool {
+	if g.tenantIn == nil {
+		return false
+	}
+	mine := g.s.out[id].Tenant
+	weight := func(t string) float64 {
+		if w, ok := g.opts.Weights[t]; ok {
+			return w
+		}
+		return 1
+	}
+	total, weights, others := 0, weight(mine), false
+	for t, n := range g.tenantIn {
+		if n <= 0 {
+			continue
+		}
+		total += n
+		if t != mine {
+			weights += weight(t)
+			others = true
+		}
+	}
+	return others && float64(g.tenantIn[mine])/weight(mine) < float64(total)/weights
 }

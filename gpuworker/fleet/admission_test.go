@@ -366,6 +366,43 @@ func TestAdmissionPrefillBoundByClass(t *testing.T) {
 	assert.Positive(t, split[last-1].Held, "the burst's last flex waits")
 }
 
+// BelowSharePrefill: beside a tenant sending ten times its requests at
+// 1.3x capacity, a light tenant's requests, which hold less than their
+// share of those in flight, bind past the heavy tenant's prefill backlog:
+// its tail is shorter, and the heavy tenant's median wait no longer.
+func TestAdmissionBelowSharePrefill(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b,2xl4-llama3-8b")
+	reqs := synthetic(t, spec, 3000, 1.3, 26)
+	tenants := make([]string, len(reqs))
+	for i := range tenants {
+		tenants[i] = "heavy"
+		if i%11 == 5 {
+			tenants[i] = "light"
+		}
+	}
+	q := func(res *Result, tenant string, p float64) time.Duration {
+		var ds []time.Duration
+		for i, o := range res.Requests {
+			require.True(t, o.OK, "request %d: %s", i, o.Err)
+			if tenants[i] == tenant {
+				ds = append(ds, o.TTFT)
+			}
+		}
+		slices.Sort(ds)
+		return ds[int(p*float64(len(ds)-1))]
+	}
+	run := func(a *Admission) *Result {
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1), TenantOf: tenants, Admission: a}, reqs)
+		require.NoError(t, err)
+		return res
+	}
+	one := run(&Admission{PendingPrefill: 35 * time.Millisecond})
+	split := run(&Admission{PendingPrefill: 35 * time.Millisecond, BelowSharePrefill: 70 * time.Millisecond})
+	t.Logf("light p99 %v -> %v; heavy p50 %v -> %v", q(one, "light", 0.99), q(split, "light", 0.99), q(one, "heavy", 0.5), q(split, "heavy", 0.5))
+	assert.Less(t, q(split, "light", 0.99), q(one, "light", 0.99))
+	assert.InEpsilon(t, q(one, "heavy", 0.5).Seconds(), q(split, "heavy", 0.5).Seconds(), 0.05)
+}
+
 // Under overload priority waits less than flex: it goes first in the queue.
 func TestAdmissionPriorityWaitsLess(t *testing.T) {
 	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")

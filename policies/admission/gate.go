@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -78,6 +79,13 @@ type Options struct {
 	// one for flex keep the engines' prefill backlog of flex work short
 	// while priority requests bind at once (see Gate.prefillBound).
 	ClassPendingPrefill [NumClasses]time.Duration
+	// BelowSharePrefill: a request whose tenant holds less than its
+	// weighted share (Request.Weight) of the requests in flight through
+	// this gate, while another tenant holds some, takes the larger of
+	// this and its class's prefill bound, so that a light tenant's request
+	// binds past a heavy tenant's backlog. Each replica counts its own
+	// requests. A class without a bound stays without. 0: off.
+	BelowSharePrefill time.Duration
 	// PendingUntilStep counts a prompt toward MaxPendingPrefill only until
 	// its endpoint's next step mark (backends.Endpoint.FreshPromptTokens;
 	// the router marks steps from the streams it relays from the endpoint,
@@ -216,7 +224,11 @@ type Gate struct {
 	prefix  string
 	counts  *[NumClasses]classCounters // shared with the gate it replaced (CountWith)
 	binds   bindRate                   // how fast requests leave the queue bound, for Retry-After
-	prev    atomic.Pointer[Gate]       // that gate while requests wait there, for Stats
+	// tenantIn counts each tenant's requests in flight through this gate
+	// and tenantW holds their weights (BelowSharePrefill); nil when off.
+	tenantIn map[string]int
+	tenantW  map[string]float64
+	prev     atomic.Pointer[Gate] // that gate while requests wait there, for Stats
 	// lastPoll is when a waiter's poll last dispatched (UnixNano): one
 	// poll per Patience dispatches, however many wait (pollDue).
 	lastPoll atomic.Int64
@@ -257,9 +269,13 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("admission: lease prefix: %w", err)
 	}
-	return &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
+	g := &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
 		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint][NumClasses]time.Time{},
-		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now, counts: new([NumClasses]classCounters)}, nil
+		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now, counts: new([NumClasses]classCounters)}
+	if o.BelowSharePrefill > 0 {
+		g.tenantIn, g.tenantW = map[string]int{}, map[string]float64{}
+	}
+	return g, nil
 }
 
 // Ticket is an admitted request's hold on its endpoint; Release it once
@@ -419,7 +435,7 @@ func (g *Gate) unbind(res result, r *Request) {
 	g.mu.Lock()
 	g.startedLocked(res.ep, promptOf(r.Routing))
 	g.mu.Unlock()
-	g.release(res.ep, res.lease, r.Batch)
+	g.release(res.ep, res.lease, r.Batch, r.Tenant)
 }
 
 // beatEvery is how often a gate with waiting requests tells the shared
@@ -578,11 +594,13 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		return nil, "", policies.ErrNoEndpoint
 	}
 	room := g.scratch[:0]
+	bound := g.requestBound(r)
+	loose := bound != g.prefillBound(r.Class) // the full marks are its class's
 	for _, e := range avail {
-		if g.isFull(e, r.Class, now) {
+		if !loose && g.isFull(e, r.Class, now) {
 			continue
 		}
-		if g.hasRoom(e, r.Class) && g.batchFits(e, batch, routing) && !contains(exclude, e) {
+		if g.hasRoom(e, bound) && g.batchFits(e, batch, routing) && !contains(exclude, e) {
 			room = append(room, e)
 		}
 	}
@@ -596,7 +614,7 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 	}
 	lease := ""
 	if b := g.o.Budget(ep); g.o.Shared != nil && (b > 0 || g.sharesPrefill()) {
-		l := g.lease(ep, b, r, since, now)
+		l := g.lease(ep, b, r, bound, since, now)
 		lease = l.ID
 		var grant Grant
 		err := g.shared(func(sctx context.Context) (err error) {
@@ -607,8 +625,10 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		case err != nil: // the store failed: admit within this replica's share
 			g.orphanLocked(ep, lease) // the store may have granted it all the same
 			lease = ""
-			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas, r.Class) {
-				g.markFull(ep, r.Class, now.Add(g.o.Patience))
+			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas, bound) {
+				if !loose {
+					g.markFull(ep, r.Class, now.Add(g.o.Patience))
+				}
 				return nil, "", ErrNoRoom
 			}
 		case grant == Behind: // not the endpoint's doing: this request waits its turn
@@ -617,11 +637,17 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 			}
 			return nil, "", errBehind
 		case grant != Granted:
-			g.markFull(ep, r.Class, now.Add(g.o.Patience))
+			if !loose {
+				g.markFull(ep, r.Class, now.Add(g.o.Patience))
+			}
 			return nil, "", ErrNoRoom
 		}
 	}
 	g.granted[ep]++
+	if g.tenantIn != nil {
+		g.tenantIn[r.Tenant]++
+		g.tenantW[r.Tenant] = r.Weight
+	}
 	if !batch {
 		g.others[ep]++
 	}
@@ -633,11 +659,11 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 
 // lease is the shared store's lease for r, which arrived at since, bound
 // to ep, whose budget is b: with MaxPendingPrefill it carries the prompt
-// and the bound in tokens at ep's measured prefill rate (one prompt before
+// and r's bound (requestBound) in tokens at ep's measured prefill rate (one prompt before
 // the first measurement). An answer that comes whole has no first token to end its
 // prompt's count, which then lasts as long as its prefill is expected to
 // take there, as backends.Endpoint.StartWhole's does.
-func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.Time) Lease {
+func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, bound time.Duration, since, now time.Time) Lease {
 	routing := r.Routing
 	l := Lease{Pool: g.o.Pool, Backend: ep.Address(), ID: g.prefix + strconv.FormatUint(g.seq.Add(1), 36),
 		Budget: b, Class: r.Class, Tenant: r.Tenant, Since: since, TierPriority: r.TierPriority, Cost: weighted(r.Tokens, r.Weight),
@@ -649,8 +675,8 @@ func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, since, now time.T
 		return l
 	}
 	rate := ep.PrefillTokensPerSec()
-	if d := g.prefillBound(r.Class); d > 0 { // else its prompt counts for others, bounding nothing itself
-		l.MaxPrompt = max(int64(rate*d.Seconds()), 1) // one at a time before a measurement
+	if bound > 0 { // else its prompt counts for others, bounding nothing itself
+		l.MaxPrompt = max(int64(rate*bound.Seconds()), 1) // one at a time before a measurement
 	}
 	l.Prompt = max(promptOf(routing), 1)
 	if routing != nil && !routing.Stream {
@@ -692,6 +718,31 @@ func (g *Gate) prefillBound(c Class) time.Duration {
 		return g.o.ClassPendingPrefill[c]
 	}
 	return g.o.MaxPendingPrefill
+}
+
+// requestBound is r's prefill bound: its class's, or, where larger, with
+// BelowSharePrefill, that for a request whose tenant holds less than its
+// weighted share of the requests in flight here while another tenant holds
+// some. Call it with g.mu held.
+func (g *Gate) requestBound(r *Request) time.Duration {
+	d := g.prefillBound(r.Class)
+	if g.tenantIn == nil || d <= 0 || g.o.BelowSharePrefill <= d {
+		return d
+	}
+	weight := func(w float64) float64 { return cmp.Or(max(w, 0), 1) }
+	total, weights, others := 0, weight(r.Weight), false
+	for t, n := range g.tenantIn {
+		if t != r.Tenant {
+			total += n
+			weights += weight(g.tenantW[t])
+			others = true
+		}
+	}
+	mine := g.tenantIn[r.Tenant]
+	if others && float64(mine)/weight(r.Weight) < float64(total+mine)/weights {
+		return g.o.BelowSharePrefill
+	}
+	return d
 }
 
 // perClassPrefill reports whether the classes' prefill bounds differ, so
@@ -821,10 +872,10 @@ func (g *Gate) batchFits(e *backends.Endpoint, batch bool, routing *policies.Req
 // prompts: interactive p50 time to first token went from 3.0 s to 7.4 s.
 const BatchIdleFactor = 5
 
-// hasRoom reports whether e may take one more request of class c now:
-// under its budget, its KV cache not full while it works, its prefill
-// backlog short.
-func (g *Gate) hasRoom(e *backends.Endpoint, c Class) bool {
+// hasRoom reports whether e may take one more request whose prefill bound
+// is bound (requestBound) now: under its budget, its KV cache not full
+// while it works, its prefill backlog short.
+func (g *Gate) hasRoom(e *backends.Endpoint, bound time.Duration) bool {
 	if b := g.o.Budget(e); b > 0 && g.granted[e] >= b {
 		return false
 	}
@@ -844,15 +895,14 @@ func (g *Gate) hasRoom(e *backends.Endpoint, c Class) bool {
 	if g.sharesPrefill() {
 		share = 1
 	}
-	return g.prefillRoom(e, share, c)
+	return g.prefillRoom(e, share, bound)
 }
 
-// prefillRoom reports whether e is under 1/share of class c's
-// MaxPendingPrefill by the prompts this replica sent it: each of share
-// replicas counts only its own and holds to its part, so the backend holds
-// about the whole.
-func (g *Gate) prefillRoom(e *backends.Endpoint, share int, c Class) bool {
-	if d := g.prefillBound(c); d > 0 && g.granted[e] > 0 {
+// prefillRoom reports whether e is under 1/share of a prefill bound d by
+// the prompts this replica sent it: each of share replicas counts only its
+// own and holds to its part, so the backend holds about the whole.
+func (g *Gate) prefillRoom(e *backends.Endpoint, share int, d time.Duration) bool {
+	if d > 0 && g.granted[e] > 0 {
 		// Before the first measurement one prompt at a time: with no bound
 		// then, a run's first burst went wherever budgets allowed, and
 		// three replicas' priority p99 TTFT live was their first second's
@@ -969,14 +1019,14 @@ func (g *Gate) batchRoomLocked() bool {
 		if g.isFull(e, Flex, now) {
 			continue
 		}
-		if g.hasRoom(e, Flex) && g.batchFits(e, true, nil) {
+		if g.hasRoom(e, g.prefillBound(Flex)) && g.batchFits(e, true, nil) {
 			return true
 		}
 	}
 	return false
 }
 
-func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool) {
+func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool, tenant string) {
 	if lease != "" {
 		err := g.shared(func(ctx context.Context) error { return g.o.Shared.Release(ctx, g.o.Pool, ep.Address(), lease) })
 		if err == nil {
@@ -992,6 +1042,12 @@ func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool) {
 	}
 	g.mu.Lock()
 	delete(g.full, ep) // a slot freed there
+	if g.tenantIn != nil {
+		if g.tenantIn[tenant]--; g.tenantIn[tenant] <= 0 {
+			delete(g.tenantIn, tenant)
+			delete(g.tenantW, tenant)
+		}
+	}
 	if g.granted[ep]--; g.granted[ep] <= 0 {
 		delete(g.granted, ep)
 	}
@@ -1086,7 +1142,7 @@ func (t *Ticket) Release() {
 		t.g.unhandLocked(t)
 		t.g.mu.Unlock()
 	}
-	t.g.release(t.ep, t.lease, t.batch)
+	t.g.release(t.ep, t.lease, t.batch, t.tenant)
 }
 
 // Started tells the gate that the request's attempt on the ticket's
@@ -1186,7 +1242,7 @@ func (t *Ticket) Rebind(ctx context.Context, routing *policies.Request, exclude 
 	t.prefilled.Store(false)
 	t.prompt, t.started = promptOf(routing), !g.tracksPending()
 	g.mu.Unlock()
-	g.release(old, oldLease, t.batch)
+	g.release(old, oldLease, t.batch, t.tenant)
 	return nil
 }
 

@@ -397,6 +397,39 @@ func TestGateBoundsEachClassToItsOwnPrefillBacklog(t *testing.T) {
 	}
 }
 
+// With BelowSharePrefill a request of a tenant holding less than its share
+// of the requests in flight takes that bound: past a heavy tenant's
+// backlog, which holds the heavy tenant's next request back (20 ms here),
+// the light tenant's binds (70 ms); once each holds its share, both wait.
+func TestGateLetsATenantBelowItsShareBindPastABacklog(t *testing.T) {
+	g, e := oneEndpointGate(t, admission.Options{
+		Budget:            func(*backends.Endpoint) int { return 10 },
+		Patience:          time.Hour,
+		KVMax:             -1,
+		MaxPendingPrefill: 20 * time.Millisecond,
+		BelowSharePrefill: 70 * time.Millisecond,
+	})
+	e.ObservePrefill(0, 1000, time.Second) // 20 tokens' bound, 70 below the share
+	ctx := context.Background()
+	first, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err)
+	att := e.Start(50, 60) // 50 ms pending from here on
+	light, err := g.Admit(ctx, req(admission.Default, "light"))
+	require.NoError(t, err, "light holds none of the one in flight: 50 ms is within its 70")
+	second := queued(t, g, ctx, req(admission.Default, "heavy")) // 1 of 2: its share, so 20 ms
+	light2 := queued(t, g, ctx, req(admission.Default, "light")) // the same
+	assert.Equal(t, 2, g.Waiting())
+	att.FirstToken(50 * time.Millisecond)
+	first.Prefilled() // nothing pending: both bind
+	rh, rl := <-second, <-light2
+	require.NoError(t, rh.err)
+	require.NoError(t, rl.err)
+	att.Finish(backends.Outcome{})
+	for _, tk := range []*admission.Ticket{first, light, rh.t, rl.t} {
+		tk.Release()
+	}
+}
+
 // prefillGate is a gate over one endpoint measured at 1,000 prefill
 // tokens/s, with a prefill bound of 100 ms (100 tokens) split between
 // replicas, a budget of 10 and no looks for room (Patience an hour).
