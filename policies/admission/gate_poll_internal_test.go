@@ -18,18 +18,11 @@ import (
 // polls dispatch at most once per Patience (pollDue), not once per waiter.
 func TestPollsDispatchOncePerPatience(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
-		require.NoError(t, err)
-		pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-		require.NoError(t, err)
-		rr, err := roundrobin.New(nil)
-		require.NoError(t, err)
-		g, err := NewGate(pool, rr, Options{
+		g := oneGate(t, Options{
 			Budget:   func(*backends.Endpoint) int { return 1 },
 			Patience: 10 * time.Millisecond,
 			MaxWait:  [NumClasses]time.Duration{time.Minute, time.Minute, time.Minute},
 		})
-		require.NoError(t, err)
 		r := Request{Class: Default, Tenant: "a", Weight: 1, Tokens: 1, Routing: &policies.Request{Model: "m"}}
 		held, err := g.Admit(context.Background(), r)
 		require.NoError(t, err)
@@ -65,19 +58,12 @@ func TestPollsDispatchOncePerPatience(t *testing.T) {
 // flex) and a minute.
 func TestRetryAfterFollowsTheQueueAhead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
-		require.NoError(t, err)
-		pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-		require.NoError(t, err)
-		rr, err := roundrobin.New(nil)
-		require.NoError(t, err)
-		g, err := NewGate(pool, rr, Options{
+		g := oneGate(t, Options{
 			Budget:    func(*backends.Endpoint) int { return 1 },
 			Patience:  time.Hour,
 			QueueSize: 1000,
 			MaxWait:   [NumClasses]time.Duration{time.Hour, time.Hour, time.Hour},
 		})
-		require.NoError(t, err)
 		r := func(c Class) Request {
 			return Request{Class: c, Tenant: "a", Weight: 1, Tokens: 1, Routing: &policies.Request{Model: "m"}}
 		}
@@ -119,4 +105,19 @@ func TestRetryAfterFollowsTheQueueAhead(t *testing.T) {
 		}
 		held.Release()
 	})
+}
+
+// oneGate is a gate with options o over one endpoint, picked by round
+// robin.
+func oneGate(t *testing.T, o Options) *Gate {
+	t.Helper()
+	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
+	require.NoError(t, err)
+	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+	require.NoError(t, err)
+	rr, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := NewGate(pool, rr, o)
+	require.NoError(t, err)
+	return g
 }
