@@ -255,8 +255,8 @@ type Admission struct {
 	// its weighted share of the model's requests in flight from this
 	// replica, while another tenant holds some, takes this bound where it
 	// is larger than its class's, so a light tenant's request binds past a
-	// heavy tenant's backlog. A class without a bound stays without.
-	// Default 0: off.
+	// heavy tenant's backlog. A class without a bound stays without. One
+	// replica only: not with limits.redis_url. Default 0: off.
 	MaxPendingPrefillBelowShare Duration `yaml:"max_pending_prefill_below_share"`
 	// PendingUntilStep, with max_pending_prefill, counts a prompt toward
 	// it only until the backend's next engine step begins, as the bytes of
