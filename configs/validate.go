@@ -181,8 +181,8 @@ func (c *Config) Validate() error {
 			bad(p+".max_pending_prefill_below_share", "must not be negative (0 is off), got %s", a.MaxPendingPrefillBelowShare.Std())
 		}
 		if a.MaxPendingPrefillBelowShare > 0 && c.Limits.RedisURL != "" {
-			// Three replicas sharing Redis shed 590 of 1,802 requests
-			// after their whole wait in one of two live runs (2026-12-06).
+			// Three replicas sharing Redis failed 590 of 1,802 requests
+			// (median TTFT 30 s, max_wait) in one of two live runs (2026-12-06).
 			bad(p+".max_pending_prefill_below_share", "is for one replica: it is not supported with limits.redis_url")
 		}
 		if a.PendingUntilStep && a.MaxPendingPrefill <= 0 && len(a.MaxPendingPrefillByClass) == 0 {
