@@ -336,7 +336,7 @@ func (g *Gate) Admit(ctx context.Context, r Request) (*Ticket, error) {
 			if err != nil {
 				return nil, err
 			}
-			g.admitted(r.Class, 0)
+			g.admitted(r.Class, 0, start)
 			return &Ticket{g: g, ep: ep, lease: lease, class: r.Class, tenant: r.Tenant, since: start, batch: r.Batch, prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
 		}
 	}
@@ -411,8 +411,9 @@ func (g *Gate) ticket(r *Request, start time.Time, res result) (*Ticket, error) 
 	if res.err != nil {
 		return nil, res.err
 	}
-	waited := g.now().Sub(start)
-	g.admitted(r.Class, waited)
+	now := g.now()
+	waited := now.Sub(start)
+	g.admitted(r.Class, waited, now)
 	return &Ticket{g: g, ep: res.ep, lease: res.lease, class: r.Class, tenant: r.Tenant, since: start, batch: r.Batch, waited: waited,
 		prompt: promptOf(r.Routing), started: !g.tracksPending()}, nil
 }

@@ -67,8 +67,10 @@ func (g *Gate) Stats() [NumClasses]ClassStats {
 	return out
 }
 
-func (g *Gate) admitted(c Class, waited time.Duration) {
-	g.binds.add(g.now().UnixNano())
+// admitted counts a request of class c bound at now after waiting waited
+// (now is the caller's clock read: none more on the request's path).
+func (g *Gate) admitted(c Class, waited time.Duration, now time.Time) {
+	g.binds.add(now.UnixNano())
 	if c < NumClasses {
 		g.counts[c].admitted.Add(1)
 		g.counts[c].waited.Add(int64(waited))
