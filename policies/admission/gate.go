@@ -86,7 +86,8 @@ type Options struct {
 	// binds past a heavy tenant's backlog. A class without a bound stays
 	// without. Off with Shared: three replicas sharing Redis failed 590 of
 	// 1,802 requests (median TTFT 30 s, max_wait) in one of two live runs
-	// (2026-12-06), not yet explained. 0: off.
+	// (2026-12-06), not reproduced in four more, none of which lowered the
+	// light tenant's p99 (README). 0: off.
 	BelowSharePrefill time.Duration
 	// PendingUntilStep counts a prompt toward MaxPendingPrefill only until
 	// its endpoint's next step mark (backends.Endpoint.FreshPromptTokens;
