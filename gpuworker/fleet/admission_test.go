@@ -646,3 +646,33 @@ func TestAdmissionStats(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, plain.Admission)
 }
+
+// classCounter counts the classes the requests it picks for name.
+type classCounter struct {
+	inner policies.Picker
+	seen  map[string]int
+}
+
+func (c *classCounter) Pick(ctx context.Context, r *policies.Request, eps []*backends.Endpoint) (*backends.Endpoint, error) {
+	c.seen[r.Class]++
+	return c.inner.Pick(ctx, r, eps)
+}
+
+// The policy hears each request's class, as the router's does (the
+// default policy picks the quickest endpoint for priority).
+func TestPoliciesSeeTheClass(t *testing.T) {
+	spec := mustSpec(t, "1xh100-llama3-8b,1xl4-llama3-8b")
+	reqs := synthetic(t, spec, 300, 0.5, 24)
+	classes := classMix(len(reqs), 0.3, 9)
+	inner, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	c := &classCounter{inner: inner, seen: map[string]int{}}
+	_, err = Run(Options{Spec: spec, Pickers: []policies.Picker{c}, Classes: classes, Admission: &Admission{}}, reqs)
+	require.NoError(t, err)
+	want := map[string]int{}
+	for _, cl := range classes {
+		want[cl.String()]++
+	}
+	assert.Equal(t, want, c.seen)
+	assert.Positive(t, want["priority"])
+}

@@ -366,6 +366,7 @@ func (s *sim) pick(id, replica int, eps []*backends.Endpoint) (int, error) {
 	if len(s.prefix) == 0 {
 		s.preq.PrefixHashes = nil
 	}
+	s.preq.Class = s.out[id].Class.String() // as the router's request says it, for the policies that read it
 	s.preq.SessionKey = ""
 	if r.Session != 0 {
 		s.preq.SessionKey = strconv.FormatUint(r.Session, 10) // allocates; the live router has a string already

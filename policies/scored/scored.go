@@ -54,6 +54,24 @@
 //   - session: 1 for the endpoint owning the request's session key on a
 //     consistent-hash ring of the pool, else 0.
 //
+// Quickest classes: a request of a class named in quickest_classes
+// (default [priority], when a ttft scorer is configured) goes to the
+// candidate with the shortest expected TTFT, the ttft scorer's estimate,
+// while that is at most the ttft scorer's congestion threshold; past it the
+// request is scored like any other. The weighted score trades a little
+// time to first token for balance (queue depth, free KV cache), which
+// serves throughput; an interactive request asks for the first token
+// soonest. Measured in simulation (Poisson load over 1 H100 + 2 L4s, 30%
+// priority and 70% flex with admission, report seeds 2 and 3), the score
+// sent 5-10% of priority requests to an L4, whose prefill of a 500-token
+// prompt takes 250 ms: they made priority's p99 TTFT (176 and 170 ms at
+// 0.5x capacity, 270 and 247 ms at 1.3x). Picking the quickest took it to
+// 94 and 83 ms, and 194 and 150 ms, and flex's median moved under 3%.
+// Congested, the score's packing keeps the median and goodput: with every
+// request priority on the bursty Azure code trace at 0.8x, picking the
+// quickest unconditionally doubled the median TTFT (2.6 to 6.2 s) and
+// halved goodput.
+//
 // Pickers: max (default) chooses at random among the candidates scoring
 // within Tolerance × (sum of weights) of the best, so near-ties do not herd;
 // weighted_random chooses in proportion to score.
@@ -70,10 +88,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
 )
 
 // Name is the policy's config name.
@@ -143,6 +163,12 @@ type Params struct {
 	Sample int `yaml:"sample"`
 	// Seed makes the random draws reproducible. Default 0: seeded at random.
 	Seed uint64 `yaml:"seed"`
+	// QuickestClasses are the service classes (priority, default, flex)
+	// whose requests go to the candidate with the shortest expected TTFT
+	// while it is at most the ttft scorer's congestion threshold (see the
+	// package comment). Needs a ttft scorer. Default [priority] when the
+	// scorers include ttft, else none; [] turns it off.
+	QuickestClasses *[]string `yaml:"quickest_classes"`
 }
 
 // FilterParams configures one filter.
@@ -252,6 +278,10 @@ type Balancer struct {
 	tol       float64
 	weightSum float64
 	sample    int
+	// ttft is the ttft scorer, if configured, and quickest the classes
+	// whose requests it places by itself while uncongested.
+	ttft     *ttftScorer
+	quickest []string
 	// picks recycles the per-pick state: passed to the scorers through an
 	// interface it would escape, one allocation per pick.
 	picks sync.Pool
@@ -293,9 +323,15 @@ func New(params map[string]any) (policies.Picker, error) {
 		}
 		b.scorers = append(b.scorers, weightedScorer{sc, sp.Weight})
 		b.weightSum += sp.Weight
+		if t, ok := sc.(*ttftScorer); ok && b.ttft == nil {
+			b.ttft = t
+		}
 		if c, ok := sc.(chooser); ok {
 			b.choosers = append(b.choosers, c)
 		}
+	}
+	if err := b.setQuickest(p.QuickestClasses); err != nil {
+		return nil, err
 	}
 	switch p.Picker {
 	case "", "max":
@@ -311,6 +347,27 @@ func New(params map[string]any) (policies.Picker, error) {
 		return nil, fmt.Errorf("params: sample: want >= 1, got %d", p.Sample)
 	}
 	return b, nil
+}
+
+// setQuickest sets the classes placed by expected TTFT alone: classes, or
+// by default priority when there is a ttft scorer.
+func (b *Balancer) setQuickest(classes *[]string) error {
+	if classes == nil {
+		if b.ttft != nil {
+			b.quickest = []string{admission.Priority.String()}
+		}
+		return nil
+	}
+	for i, c := range *classes {
+		if _, ok := admission.ParseClass(c); !ok {
+			return fmt.Errorf("params: quickest_classes[%d]: unknown class %q (want priority, default or flex)", i, c)
+		}
+	}
+	if len(*classes) > 0 && b.ttft == nil {
+		return errors.New("params: quickest_classes: needs a ttft scorer, whose estimate it picks by")
+	}
+	b.quickest = *classes
+	return nil
 }
 
 // newScorer builds one scorer from its params; an error's text continues
@@ -388,6 +445,9 @@ func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.
 	defer b.picks.Put(st)
 	*st = pick{}
 	b.observe(st, r, eps, seed, k)
+	if b.ttft != nil && slices.Contains(b.quickest, r.Class) && st.pknown > 0 && st.minTTFT <= b.ttft.congestion {
+		return b.chose(b.quickestOf(st, eps, seed, k), st), nil
+	}
 
 	// Score, tracking the best and, for weighted_random, choosing by
 	// weighted reservoir sampling in the same pass.
@@ -431,6 +491,24 @@ func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.
 		}
 	}
 	return b.chose(chosen, st), nil
+}
+
+// quickestOf is the candidate (of the same sample as the pass that
+// observed them, passing the filters) with the shortest expected TTFT.
+func (b *Balancer) quickestOf(st *pick, eps []*backends.Endpoint, seed uint64, k int) *backends.Endpoint {
+	var best *backends.Endpoint
+	shortest := math.Inf(1)
+	s := policies.NewSample(seed, len(eps), k)
+	for i, ok := s.Next(); ok; i, ok = s.Next() {
+		e := eps[i]
+		if st.filtered && !b.keep(e) {
+			continue
+		}
+		if v := expectedTTFT(e, st); best == nil || v < shortest {
+			best, shortest = e, v
+		}
+	}
+	return best
 }
 
 // chose tells the scorers that learn from choices, and returns e.
