@@ -31,7 +31,8 @@
 # flight, the same way: admission.max_pending_prefill_below_share and
 # simulate's --max-pending-prefill-below-share; empty: off)
 # UNTIL_STEP= (1: admission.pending_until_step, and simulate's
-# --release-at-step)
+# --release-at-step) QUICKEST= (1: the scored policy's quickest_classes:
+# [priority], in the config and the simulation)
 # REPLICAS=1 REDIS_URL=redis://127.0.0.1:6379/0 RUNS="light over over-noadm"
 # BASE_PORT=19600 BIN=bin KEEP=1 (keep the run's files, with each load's
 # per-request outcomes, NAME-outcomes.csv)
@@ -100,6 +101,10 @@ config() { # admission on|off, router port, tenants (yes|no)
 	fi
 	echo "models:"
 	echo "  - name: $MODEL"
+	if [ -n "${QUICKEST:-}" ]; then
+		echo "    policy: scored"
+		echo "    params: {quickest_classes: [priority]}"
+	fi
 	if [ "$REPLICAS" -gt 1 ] || [ -n "${PENDING_PREFILL:-}" ] || [ -n "${PRIORITY_PREFILL:-}" ] || [ -n "${BELOW_SHARE:-}" ]; then
 		echo "    admission:"
 		if [ "$REPLICAS" -gt 1 ]; then echo "      replicas: $REPLICAS"; fi
@@ -165,8 +170,10 @@ run() { # name, admission on|off, load[, extra load and simulate flags]
 	"$BIN/sluice-bench" load --target "$(IFS=,; echo "${targets[*]}")" --model "$MODEL" --fleet "$FLEET" --load "$load" \
 		--requests "$REQUESTS" --duration 24h "${shares[@]}" "${keys[@]}" --stream --quiet --seed 2 --time-scale "$SPEEDUP" \
 		--json "$tmp/$name.json" --outcomes "$tmp/$name-outcomes.csv" >/dev/null
+	local policy=default
+	[ -n "${QUICKEST:-}" ] && policy='scored:{quickest_classes: [priority]}'
 	"$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$load" "${shares[@]}" --seed 2 \
-		--policy default $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET" \
+		--policy "$policy" $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET" \
 			${PENDING_PREFILL:+--max-pending-prefill "$PENDING_PREFILL"} ${PRIORITY_PREFILL:+--max-pending-prefill-by-class "priority=$PRIORITY_PREFILL"} \
 			${BELOW_SHARE:+--max-pending-prefill-below-share "$BELOW_SHARE"} \
 			${UNTIL_STEP:+--release-at-step}) \
@@ -184,7 +191,7 @@ for r in $RUNS; do
 done
 stop_all
 
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-off}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${BELOW_SHARE:+, below share $BELOW_SHARE}${UNTIL_STEP:+ until the next step}; $REPLICAS Sluice replica(s)"
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-off}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}${UNTIL_STEP:+ until the next step}; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]

@@ -345,25 +345,26 @@ func quickFleet(t *testing.T, fastPending, slowPending int64) []*backends.Endpoi
 func TestQuickestClasses(t *testing.T) {
 	priority := &policies.Request{PromptTokens: 500, Class: "priority"}
 	plain := &policies.Request{PromptTokens: 500, Class: "default"}
+	quick := func() policies.Picker { return newBalancer(t, map[string]any{"quickest_classes": []any{"priority"}}) }
 
 	// Uncongested: 1,500/20,000 = 0.075 s on the fast GPU against
 	// 500/2,000 = 0.25 s on the idle slow one. The default score prefers
 	// the slow one's empty queue (ttft 2 x 1.075/1.25 + queue 1 against
-	// 2 x 1 + queue 0); a priority request takes the quickest.
+	// 2 x 1 + queue 0), for every class unless quickest_classes names it;
+	// a class named takes the quickest.
 	eps := quickFleet(t, 1000, 0)
-	assert.Equal(t, 20, policytest.Counts(t, newBalancer(t, nil), plain, eps, 20)[1], "scored: the empty queue")
-	assert.Equal(t, 20, policytest.Counts(t, newBalancer(t, nil), priority, eps, 20)[0], "priority: the quickest")
-	off := newBalancer(t, map[string]any{"quickest_classes": []any{}})
-	assert.Equal(t, 20, policytest.Counts(t, off, priority, eps, 20)[1], "quickest_classes: [] scores priority too")
-	flex := newBalancer(t, map[string]any{"quickest_classes": []any{"flex"}})
+	assert.Equal(t, 20, policytest.Counts(t, newBalancer(t, nil), priority, eps, 20)[1], "default: scored")
+	assert.Equal(t, 20, policytest.Counts(t, quick(), plain, eps, 20)[1], "a class not named: scored")
+	assert.Equal(t, 20, policytest.Counts(t, quick(), priority, eps, 20)[0], "priority named: the quickest")
+	flex := newBalancer(t, map[string]any{"quickest_classes": []any{"flex", "default"}})
 	assert.Equal(t, 20, policytest.Counts(t, flex, &policies.Request{PromptTokens: 500, Class: "flex"}, eps, 20)[0])
+	assert.Equal(t, 20, policytest.Counts(t, flex, plain, eps, 20)[0])
 	assert.Equal(t, 20, policytest.Counts(t, flex, priority, eps, 20)[1], "only the classes named")
 
 	// Congested (the quickest expected TTFT 0.55 s, past 0.25 s): a
 	// priority request is scored as any other, by the same draws.
 	eps = quickFleet(t, 10_000, 600)
-	assert.Equal(t, policytest.Counts(t, newBalancer(t, nil), plain, eps, 50),
-		policytest.Counts(t, newBalancer(t, nil), priority, eps, 50))
+	assert.Equal(t, policytest.Counts(t, quick(), plain, eps, 50), policytest.Counts(t, quick(), priority, eps, 50))
 }
 
 func TestQuickestClassesParams(t *testing.T) {
@@ -371,8 +372,4 @@ func TestQuickestClassesParams(t *testing.T) {
 	assert.ErrorContains(t, err, `quickest_classes[0]: unknown class "gold"`)
 	_, err = New(map[string]any{"quickest_classes": []any{"priority"}, "scorers": []any{map[string]any{"type": "queue_depth"}}})
 	assert.ErrorContains(t, err, "quickest_classes: needs a ttft scorer")
-	// Without a ttft scorer the default is none: a priority request is scored.
-	p := newBalancer(t, scorers(map[string]any{"type": "queue_depth"}))
-	c := policytest.Counts(t, p, &policies.Request{PromptTokens: 500, Class: "priority"}, quickFleet(t, 1000, 0), 20)
-	assert.Equal(t, 20, c[1])
 }
