@@ -18,7 +18,7 @@ import (
 // polls dispatch at most once per Patience (pollDue), not once per waiter.
 func TestPollsDispatchOncePerPatience(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := oneGate(t, Options{
+		g, _ := oneEndpointGate(t, Options{
 			Budget:   func(*backends.Endpoint) int { return 1 },
 			Patience: 10 * time.Millisecond,
 			MaxWait:  [NumClasses]time.Duration{time.Minute, time.Minute, time.Minute},
@@ -58,7 +58,7 @@ func TestPollsDispatchOncePerPatience(t *testing.T) {
 // flex) and a minute.
 func TestRetryAfterFollowsTheQueueAhead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := oneGate(t, Options{
+		g, _ := oneEndpointGate(t, Options{
 			Budget:    func(*backends.Endpoint) int { return 1 },
 			Patience:  time.Hour,
 			QueueSize: 1000,
@@ -107,9 +107,9 @@ func TestRetryAfterFollowsTheQueueAhead(t *testing.T) {
 	})
 }
 
-// oneGate is a gate with options o over one endpoint, picked by round
-// robin.
-func oneGate(t *testing.T, o Options) *Gate {
+// oneEndpointGate is a gate with options o over one endpoint, picked by
+// round robin; the external tests call it as OneEndpointGate.
+func oneEndpointGate(t *testing.T, o Options) (*Gate, *backends.Endpoint) {
 	t.Helper()
 	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
 	require.NoError(t, err)
@@ -119,5 +119,8 @@ func oneGate(t *testing.T, o Options) *Gate {
 	require.NoError(t, err)
 	g, err := NewGate(pool, rr, o)
 	require.NoError(t, err)
-	return g
+	return g, e
 }
+
+// OneEndpointGate is oneEndpointGate for the package's external tests.
+var OneEndpointGate = oneEndpointGate

@@ -270,23 +270,8 @@ func TestGateRebindWaitsForRoom(t *testing.T) {
 	r.t.Release()
 }
 
-// oneEndpointGate is a gate with options o over one endpoint, picked by
-// round robin.
-func oneEndpointGate(t *testing.T, o admission.Options) (*admission.Gate, *backends.Endpoint) {
-	t.Helper()
-	e, err := backends.NewEndpoint("http://10.0.0.9:8000", 1)
-	require.NoError(t, err)
-	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
-	require.NoError(t, err)
-	rr, err := roundrobin.New(nil)
-	require.NoError(t, err)
-	g, err := admission.NewGate(pool, rr, o)
-	require.NoError(t, err)
-	return g, e
-}
-
 func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
-	g, e := oneEndpointGate(t, admission.Options{
+	g, e := admission.OneEndpointGate(t, admission.Options{
 		Budget:           func(*backends.Endpoint) int { return 10 },
 		Patience:         10 * time.Millisecond,
 		MaxPendingPrompt: func(*backends.Endpoint) int64 { return 1000 },
@@ -313,7 +298,7 @@ func TestGateHoldsRequestsFromAFullKVCacheOrALongPrefillBacklog(t *testing.T) {
 }
 
 func TestGateHoldsRequestsFromALongPrefillBacklogInTime(t *testing.T) {
-	g, e := oneEndpointGate(t, admission.Options{
+	g, e := admission.OneEndpointGate(t, admission.Options{
 		Budget:            func(*backends.Endpoint) int { return 10 },
 		Patience:          10 * time.Millisecond,
 		KVMax:             -1,
@@ -359,7 +344,7 @@ func TestGateHoldsRequestsFromALongPrefillBacklogInTime(t *testing.T) {
 // that holds flex back (20 ms here) lets a priority request bind at once
 // (100 ms), and flex binds when the backlog clears.
 func TestGateBoundsEachClassToItsOwnPrefillBacklog(t *testing.T) {
-	g, e := oneEndpointGate(t, admission.Options{
+	g, e := admission.OneEndpointGate(t, admission.Options{
 		Budget:              func(*backends.Endpoint) int { return 10 },
 		Patience:            time.Hour, // no looks: only Prefilled and Release bind
 		KVMax:               -1,
@@ -402,7 +387,7 @@ func TestGateBoundsEachClassToItsOwnPrefillBacklog(t *testing.T) {
 // backlog, which holds the heavy tenant's next request back (20 ms here),
 // the light tenant's binds (70 ms); once each holds its share, both wait.
 func TestGateLetsATenantBelowItsShareBindPastABacklog(t *testing.T) {
-	g, e := oneEndpointGate(t, admission.Options{
+	g, e := admission.OneEndpointGate(t, admission.Options{
 		Budget:            func(*backends.Endpoint) int { return 10 },
 		Patience:          time.Hour,
 		KVMax:             -1,
@@ -435,7 +420,7 @@ func TestGateLetsATenantBelowItsShareBindPastABacklog(t *testing.T) {
 // replicas, a budget of 10 and no looks for room (Patience an hour).
 func prefillGate(t *testing.T, replicas int) (*admission.Gate, *backends.Endpoint) {
 	t.Helper()
-	g, e := oneEndpointGate(t, admission.Options{
+	g, e := admission.OneEndpointGate(t, admission.Options{
 		Budget:            func(*backends.Endpoint) int { return 10 },
 		Patience:          time.Hour,
 		KVMax:             -1,
@@ -675,7 +660,7 @@ func (behindSlots) Beat(context.Context, string, string) error                 {
 // at it let two replicas wait on each other (live, two tenants on three
 // replicas stalled until requests were shed: 438 of the heavy tenant's).
 func TestGateRequestsBehindOtherReplicasDoNotBlockOtherTenants(t *testing.T) {
-	g, e := oneEndpointGate(t, admission.Options{
+	g, e := admission.OneEndpointGate(t, admission.Options{
 		Budget: func(*backends.Endpoint) int { return 10 },
 		Shared: behindSlots{behind: "light"}, Pool: "m", Patience: time.Hour, KVMax: -1,
 	})
@@ -699,7 +684,7 @@ func TestGateRequestsBehindOtherReplicasDoNotBlockOtherTenants(t *testing.T) {
 // endpoint's next step mark: a request waiting behind a prompt that fills
 // the bound is bound at the mark (Room), before that prompt's first token.
 func TestGatePendingUntilStepFreesTheBoundAtTheNextStep(t *testing.T) {
-	g, e := oneEndpointGate(t, admission.Options{
+	g, e := admission.OneEndpointGate(t, admission.Options{
 		Budget:            func(*backends.Endpoint) int { return 10 },
 		Patience:          time.Hour, // no looks: only Room and releases bind
 		KVMax:             -1,
@@ -758,7 +743,7 @@ func TestGatePendingUntilStepFreesTheBoundAtTheNextStep(t *testing.T) {
 // requests: with a budget of 4 and a reserve of 0.25 three lines run, the
 // fourth waits, and an interactive request binds at once.
 func TestBatchLinesLeaveTheReserveToOthers(t *testing.T) {
-	g, _ := oneEndpointGate(t, admission.Options{
+	g, _ := admission.OneEndpointGate(t, admission.Options{
 		Budget: func(*backends.Endpoint) int { return 4 }, KVMax: -1, BatchPrefill: -1, BatchReserve: 0.25,
 	})
 	ctx := context.Background()
