@@ -502,6 +502,12 @@ type groupStat struct {
 	UtilMax        float64 `json:"utilization_max"`
 	PrefixHitRatio float64 `json:"prefix_hit_ratio"`
 	Preemptions    int64   `json:"preemptions"`
+	// PrefillMin and PrefillMax are the least and greatest of the
+	// workers' prefill rates as the router measured them by the run's end
+	// (fleet.WorkerStats.MeasuredPrefill), prompt tokens per second;
+	// zero where none was measured (the reference scheduler).
+	PrefillMin float64 `json:"measured_prefill_min,omitempty"`
+	PrefillMax float64 `json:"measured_prefill_max,omitempty"`
 	// Budget is each worker's admission budget of requests in flight and
 	// PeakInFlight the most any of them had (with --admission).
 	Budget       int `json:"budget,omitempty"`
@@ -542,6 +548,12 @@ func summarizeSim(name string, spec fleet.Spec, res *fleet.Result, samples []rep
 			q += ws.PrefixQueries
 			h += ws.PrefixHits
 			busy += ws.Utilization
+			if v := ws.MeasuredPrefill; v > 0 {
+				if gs.PrefillMin == 0 || v < gs.PrefillMin {
+					gs.PrefillMin = v
+				}
+				gs.PrefillMax = max(gs.PrefillMax, v)
+			}
 		}
 		if q > 0 {
 			gs.PrefixHitRatio = float64(h) / float64(q)
@@ -574,13 +586,13 @@ func (r simResult) write(w io.Writer, res *fleet.Result, perWorker bool, order s
 	fmt.Fprintf(tw, "Prefix-cache hit ratio:\t%.4f\n", r.PrefixHitRatio)
 	fmt.Fprintf(tw, "Fleet utilization:\t%.4f\n", r.Utilization)
 	if perWorker {
-		fmt.Fprintln(tw, "worker\tprofile\trequests\tutilization\tprefix hits\tpreemptions")
+		fmt.Fprintln(tw, "worker\tprofile\trequests\tutilization\tprefix hits\tpreemptions\tmeasured prefill (tok/s)")
 		for i, ws := range res.Workers {
 			ratio := 0.0
 			if ws.PrefixQueries > 0 {
 				ratio = float64(ws.PrefixHits) / float64(ws.PrefixQueries)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%.4f\t%.4f\t%d\n", i, ws.Profile, ws.Requests, ws.Utilization, ratio, ws.Preemptions)
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%.4f\t%.4f\t%d\t%.0f\n", i, ws.Profile, ws.Requests, ws.Utilization, ratio, ws.Preemptions, ws.MeasuredPrefill)
 		}
 	} else {
 		fmt.Fprintln(tw, "group\tworkers\trequests\tutil mean\tmin\tmax\tprefix hits\tpreemptions")

@@ -757,10 +757,14 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 
 // measuredPrefill is worker w's prefill rate as the routers measured it
 // (the mean over the replicas that have a measurement), or 0 before any.
-func (g *gate) measuredPrefill(w int) float64 {
+func (g *gate) measuredPrefill(w int) float64 { return g.s.measuredPrefill(w) }
+
+// measuredPrefill is worker w's prefill rate as the routers measured it
+// (the mean over the replicas that have a measurement), or 0 before any.
+func (s *sim) measuredPrefill(w int) float64 {
 	sum, k := 0.0, 0
-	for r := range g.s.eps {
-		if v := g.s.eps[r][w].PrefillTokensPerSec(); v > 0 {
+	for r := range s.eps {
+		if v := s.eps[r][w].PrefillTokensPerSec(); v > 0 {
 			sum += v
 			k++
 		}

@@ -120,6 +120,21 @@ func TestConservation(t *testing.T) {
 			assert.Zero(t, l.Running+l.Waiting, "worker %d drained", w)
 			dispatched += res.Workers[w].Requests
 			assert.InDelta(t, 0.5, res.Workers[w].Utilization, 0.5, "utilization is a fraction")
+			switch {
+			case oracleMode:
+				assert.Zero(t, res.Workers[w].MeasuredPrefill, "the reference scheduler measures nothing")
+			case res.Workers[w].Requests > 0:
+				// Three router replicas: the mean of their measured rates.
+				var sum float64
+				var k int
+				for r := range s.eps {
+					if v := s.eps[r][w].PrefillTokensPerSec(); v > 0 {
+						sum, k = sum+v, k+1
+					}
+				}
+				require.Positive(t, k, "worker %d served streams: some router measured its rate", w)
+				assert.InDelta(t, sum/float64(k), res.Workers[w].MeasuredPrefill, 1e-6, "worker %d", w)
+			}
 		}
 		assert.Equal(t, len(reqs), dispatched)
 		assert.GreaterOrEqual(t, engineTokens, gotTokens, "recompute after preemption may add tokens, never lose them")

@@ -62,6 +62,13 @@ type WorkerStats struct {
 	// Budget is the worker's admission budget of requests in flight and
 	// PeakInFlight the most it ever had; both zero without admission.
 	Budget, PeakInFlight int
+	// MeasuredPrefill is the worker's prefill rate, in prompt tokens per
+	// second (those its prefix cache served included), as the router
+	// replicas measured it by the run's end
+	// (backends.Endpoint.PrefillTokensPerSec, the mean over the replicas
+	// with a measurement); 0 when none has one, and for the reference
+	// scheduler, which measures nothing.
+	MeasuredPrefill float64
 }
 
 // Result is what Run measured.

@@ -623,6 +623,7 @@ func (s *sim) result() *Result {
 			Preemptions: l.Preemptions,
 		}
 		ws.PrefixQueries, ws.PrefixHits = prefixStats(l)
+		ws.MeasuredPrefill = s.measuredPrefill(w)
 		if s.adm != nil {
 			ws.Budget, ws.PeakInFlight = s.adm.budget[w], s.adm.peak[w]
 		}
