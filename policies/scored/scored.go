@@ -434,9 +434,13 @@ func (b *Balancer) Pick(_ context.Context, r *policies.Request, eps []*backends.
 	if n == 0 {
 		return nil, policies.ErrNoEndpoint
 	}
-	if n == 1 {
+	if n == 1 && len(b.choosers) == 0 {
 		return eps[0], nil
 	}
+	// With one candidate the pick is made all the same when scorers learn
+	// from choices (prefix affinity, the ttft scorer's mean prompt): an
+	// admission queue often offers the one endpoint with room, and the
+	// conversation's next turn must find where this one went.
 	seed := b.rnd.Uint64()
 	k := b.sample
 	st := b.picks.Get().(*pick)

@@ -124,6 +124,24 @@ func TestPrefixScorerFollowsWhereAPrefixWent(t *testing.T) {
 	}
 }
 
+func TestOneCandidateIsRemembered(t *testing.T) {
+	// An admission queue often offers the policy one endpoint, the only
+	// one with room: the prefix must still be remembered there, or the
+	// conversation's next turn goes wherever load sends it.
+	ctx := context.Background()
+	eps := policytest.Build(t, policytest.Spec{InFlight: 1}, policytest.Spec{InFlight: 1}, policytest.Spec{InFlight: 1}, policytest.Spec{InFlight: 1})
+	p := newBalancer(t, scorers(map[string]any{"type": "prefix"}, map[string]any{"type": "queue_depth"}))
+	e, err := p.Pick(ctx, &policies.Request{PrefixHashes: []uint64{5, 6, 7}}, eps[2:3])
+	require.NoError(t, err)
+	require.Same(t, eps[2], e)
+	next := &policies.Request{PrefixHashes: []uint64{5, 6, 7, 8}}
+	for range 10 {
+		e, err := p.Pick(ctx, next, eps)
+		require.NoError(t, err)
+		assert.Same(t, eps[2], e, "the next turn goes where the one-candidate pick sent the first")
+	}
+}
+
 func TestWeightedRandomPicker(t *testing.T) {
 	eps := policytest.Build(t, policytest.Spec{Load: kv(0, 0, 0.25)}, policytest.Spec{Load: kv(0, 0, 0.75)})
 	p := newBalancer(t, map[string]any{"picker": "weighted_random", "scorers": []any{map[string]any{"type": "kv_cache"}}})
