@@ -123,9 +123,10 @@ func Counts(t testing.TB, p policies.Picker, r *policies.Request, eps []*backend
 }
 
 // BenchmarkPick measures p picking for r from a Fleet of 16, 256 and 1,000
-// endpoints, the sizes the policies' cost bound is stated for.
+// endpoints, the sizes the policies' cost bound is stated for, and of one
+// (an admission queue often offers one endpoint with room).
 func BenchmarkPick(b *testing.B, p policies.Picker, r *policies.Request) {
-	for _, n := range [...]int{16, 256, 1000} {
+	for _, n := range [...]int{1, 16, 256, 1000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			eps := Fleet(b, n)
 			ctx := context.Background()
