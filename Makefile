@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build run test test-short lint fmt bench bench-batch bench-batch-reserve bench-classes-live bench-faults bench-limits bench-memory bench-overhead bench-policies bench-policies-live validate fidelity fuzz deploy-check clean
+.PHONY: all build run test test-short lint fmt bench bench-admission bench-batch bench-batch-reserve bench-classes-live bench-faults bench-limits bench-memory bench-overhead bench-policies bench-policies-live validate fidelity fuzz deploy-check clean
 
 all: build
 
@@ -65,6 +65,10 @@ bench-batch-reserve: build
 ## bench-classes-live: 30% priority + 70% flex live, at light load and overload, with and without admission (~5 minutes)
 bench-classes-live: build
 	./deploy/bench-classes-live.sh
+
+## bench-admission: the admission and service-class targets in simulation, as ratios beside them (a few minutes)
+bench-admission: build
+	./deploy/bench-admission.sh
 
 ## bench-policies: every routing policy and the oracle in simulation, one table per scenario (a few minutes)
 bench-policies: build

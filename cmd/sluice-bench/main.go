@@ -53,6 +53,8 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return simulateCmd(ctx, args[1:], stdout, stderr)
 	case "summarize":
 		return summarizeCmd(args[1:], stdout, stderr)
+	case "summarize-admission":
+		return summarizeAdmissionCmd(args[1:], stdout, stderr)
 	case "sweep":
 		return sweepCmd(ctx, args[1:], stdout, stderr)
 	case "bareproxy":
@@ -81,6 +83,9 @@ Commands:
           and print the same report per policy
   summarize compare the default policy with the baselines, the reference and
           round_robin across "simulate --json" outputs
+  summarize-admission  the service-class targets (priority's p99 growth, what
+          was shed, flex's share of the spare, a light tenant's p99, the
+          reference) from "simulate --admission --json" outputs
   sweep   run simulate (or, with --target, load) at a range of offered loads and
           write the latency-throughput curve per policy as a table, JSON and SVG
   bareproxy serve a bare httputil.ReverseProxy in front of one target: the Go
