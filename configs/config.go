@@ -311,6 +311,12 @@ type Backend struct {
 	// MaxInFlight overrides the model's admission.max_in_flight_per_backend
 	// for this backend (a bigger GPU takes more). Default 0: the model's.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxPendingPromptTokens overrides the model's
+	// admission.max_pending_prompt_tokens for this backend: set each to
+	// its engine's step token budget (vLLM's max_num_batched_tokens, e.g.
+	// 8192 on an H100 and 2048 on an L4 by vLLM's defaults). Default 0:
+	// the model's.
+	MaxPendingPromptTokens int64 `yaml:"max_pending_prompt_tokens"`
 	// APIKeyEnv names an environment variable holding the key instead, so
 	// it stays out of the file; read at start and on every reload. At most
 	// one of api_key and api_key_env.

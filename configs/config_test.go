@@ -104,6 +104,8 @@ func TestParseRejects(t *testing.T) {
 			[]string{"models[0].timeouts.first_byte: must not be negative", "models[0].timeouts.total: must not be negative"}},
 		{"negative admission bounds", "models:\n  - name: m\n    admission: {max_pending_prompt_tokens: -1, max_pending_prefill: -50ms, max_pending_prefill_below_share: -1s}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].admission.max_pending_prompt_tokens: must not be negative", "models[0].admission.max_pending_prefill: must not be negative", "models[0].admission.max_pending_prefill_below_share: must not be negative"}},
+		{"negative backend pending prompt tokens", "models:\n  - name: m\n    backends:\n      - {url: http://a:1, max_in_flight: 4, max_pending_prompt_tokens: -2048}\n",
+			[]string{"models[0].backends[0].max_pending_prompt_tokens: must not be negative"}},
 		{"below share with redis", "limits:\n  redis_url: redis://127.0.0.1:6379/0\nmodels:\n  - name: m\n    admission: {max_pending_prefill_below_share: 70ms}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].admission.max_pending_prefill_below_share: is for one replica"}},
 		{"pending prefill by class", "models:\n  - name: m\n    admission: {max_pending_prefill_by_class: {priority: 0s, urgent: 1s}}\n    backends:\n      - url: http://a:1\n",

@@ -133,6 +133,9 @@ func (c *Config) Validate() error {
 			if b.MaxInFlight < 0 {
 				bad(bp+".max_in_flight", "must not be negative, got %d", b.MaxInFlight)
 			}
+			if b.MaxPendingPromptTokens < 0 {
+				bad(bp+".max_pending_prompt_tokens", "must not be negative (0 is the model's), got %d", b.MaxPendingPromptTokens)
+			}
 			if b.APIKey != "" && b.APIKeyEnv != "" {
 				bad(bp+".api_key_env", "set api_key or api_key_env, not both")
 			}

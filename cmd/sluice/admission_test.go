@@ -17,7 +17,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/configs"
 	"github.com/sluice-llm/sluice/gpuworker"
+	"github.com/sluice-llm/sluice/policies"
+	"github.com/sluice-llm/sluice/policies/admission"
+	"github.com/sluice-llm/sluice/policies/roundrobin"
 )
 
 // slowWorker is a gpuworker with the H100 profile in real time, so that a
@@ -218,4 +223,34 @@ func TestReloadKeepsTheAdmissionQueue(t *testing.T) {
 		assert.NoError(t, <-waited)
 	}
 	srv.stop()
+}
+
+// A backend's own max_pending_prompt_tokens overrides the model's (0
+// here: off): backend a, bounded at 100 tokens, takes one 150-token prompt
+// and then none while it is pending; b, unbounded, takes the rest.
+func TestBackendMaxPendingPromptTokens(t *testing.T) {
+	m := configs.Model{Name: "m", Admission: configs.Admission{MaxInFlightPerBackend: 10},
+		Backends: []configs.Backend{{URL: "http://a.invalid:1", MaxPendingPromptTokens: 100}, {URL: "http://b.invalid:1"}}}
+	var eps []*backends.Endpoint
+	for _, b := range m.Backends {
+		e, err := backends.NewEndpoint(b.URL, 1)
+		require.NoError(t, err)
+		eps = append(eps, e)
+	}
+	pool, err := backends.NewPool(m.Name, eps)
+	require.NoError(t, err)
+	picker, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := newGate(m, pool, picker, eps, nil)
+	require.NoError(t, err)
+	count := map[*backends.Endpoint]int{}
+	for range 10 {
+		tk, err := g.Admit(context.Background(), admission.Request{Class: admission.Default, Tokens: 200,
+			Routing: &policies.Request{Model: "m", PromptTokens: 150, MaxTokens: 50}})
+		require.NoError(t, err)
+		count[tk.Endpoint()]++
+		defer tk.Release()
+	}
+	assert.Equal(t, 1, count[eps[0]], "a holds one pending prompt over its bound, then takes none")
+	assert.Equal(t, 9, count[eps[1]], "b has no bound of its own and the model's is off")
 }

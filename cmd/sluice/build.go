@@ -202,14 +202,23 @@ func newScraper(c *configs.Config, log *slog.Logger, reg prometheus.Registerer) 
 }
 
 // newGate builds a model's admission gate: each backend's budget is its
-// max_in_flight, else the model's max_in_flight_per_backend.
+// max_in_flight, else the model's max_in_flight_per_backend, and its bound
+// on pending prompt tokens likewise its own max_pending_prompt_tokens, else
+// the model's.
 func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps []*backends.Endpoint, shared *sharedAdmission) (*admission.Gate, error) {
 	budget := make(map[*backends.Endpoint]int, len(eps))
+	pending := make(map[*backends.Endpoint]int64, len(eps))
+	anyPending := false
 	for i, b := range m.Backends {
 		budget[eps[i]] = m.Admission.MaxInFlightPerBackend
 		if b.MaxInFlight > 0 {
 			budget[eps[i]] = b.MaxInFlight
 		}
+		pending[eps[i]] = m.Admission.MaxPendingPromptTokens
+		if b.MaxPendingPromptTokens > 0 {
+			pending[eps[i]] = b.MaxPendingPromptTokens
+		}
+		anyPending = anyPending || pending[eps[i]] > 0
 	}
 	o := admission.Options{
 		Budget:    func(e *backends.Endpoint) int { return budget[e] },
@@ -227,8 +236,8 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 	if o.KVMax >= 1 {
 		o.KVMax = -1 // off
 	}
-	if n := m.Admission.MaxPendingPromptTokens; n > 0 {
-		o.MaxPendingPrompt = func(*backends.Endpoint) int64 { return n }
+	if anyPending {
+		o.MaxPendingPrompt = func(e *backends.Endpoint) int64 { return pending[e] }
 	}
 	if shared != nil {
 		o.Shared, o.LeaseTTL, o.OnSharedError = shared.slots, shared.leaseTTL, shared.failed
