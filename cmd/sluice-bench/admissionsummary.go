@@ -127,7 +127,9 @@ func (f *admissionFiles) rows() ([]admissionRow, error) {
 // classRows are priority's p99 growth from the light load to the
 // overload, what was shed there, and flex's rate while requests waited
 // against the capacity estimate less priority's rate then (the fleet's
-// spare capacity).
+// spare capacity). Both rates count the requests bound after waiting
+// (saturationStat): where priority binds on arrival (a loose bound of its
+// own) its rate reads low and the spare high.
 func (f *admissionFiles) classRows() ([]admissionRow, error) {
 	light, lp, err := f.read(f.classesLight)
 	if err != nil {
