@@ -32,7 +32,13 @@
 # simulate's --max-pending-prefill-below-share; empty: off)
 # UNTIL_STEP= (1: admission.pending_until_step, and simulate's
 # --release-at-step) QUICKEST= (1: the scored policy's quickest_classes:
-# [priority], in the config and the simulation)
+# [priority], in the config and the simulation) STEP_BUDGETS= (1: each
+# backend's max_pending_prompt_tokens at its engine's step token budget,
+# 8192 on an H100 and 2048 on an L4, and the simulation's --prefill-steps 1;
+# empty: neither, as the router's defaults) TRACE= (a trace file, e.g. the
+# Azure code trace, replayed instead of the synthetic Poisson workload)
+# The simulation beside each run binds as the router does: no detour rule
+# (--max-detour=-1s), and the step bound only with STEP_BUDGETS.
 # REPLICAS=1 REDIS_URL=redis://127.0.0.1:6379/0 RUNS="light over over-noadm"
 # BASE_PORT=19600 BIN=bin KEEP=1 (keep the run's files, with each load's
 # per-request outcomes, NAME-outcomes.csv)
@@ -56,6 +62,11 @@ if [ -n "${UNTIL_STEP:-}" ] && [ -z "${PENDING_PREFILL:-}" ]; then
 	exit 2
 fi
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+workload=(--synthetic)
+[ -n "${TRACE:-}" ] && workload=(--trace "$TRACE")
+# The router has no detour rule, and a step bound only where configured.
+steps=(--prefill-steps=-1)
+[ -n "${STEP_BUDGETS:-}" ] && steps=(--prefill-steps 1)
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
 ROUTER_PORT=$((BASE_PORT - 1))
@@ -70,7 +81,7 @@ trap 'stop_all; [ -n "${KEEP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"' EXI
 if [ -n "${H100_BUDGET:-}" ] && [ -n "${L4_BUDGET:-}" ]; then
 	budgets="h100-llama3-8b $H100_BUDGET, l4-llama3-8b $L4_BUDGET" # given
 else
-	budgets=$("$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$OVER" \
+	budgets=$("$BIN/sluice-bench" simulate --fleet "$FLEET" "${workload[@]}" --requests "$REQUESTS" --load "$OVER" \
 		--policy default --admission --mix "$MIX" --table compact 2>&1 >/dev/null | sed -n 's/.*budget of requests in flight \([^;]*\);.*/\1/p')
 	H100_BUDGET=$(sed -n 's/.*h100-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
 	L4_BUDGET=$(sed -n 's/.*l4-llama3-8b \([0-9]*\).*/\1/p' <<<"$budgets")
@@ -118,11 +129,13 @@ config() { # admission on|off, router port, tenants (yes|no)
 	for _ in $(seq "$H100S"); do
 		echo "      - url: http://127.0.0.1:$port"
 		[ "$1" = on ] && echo "        max_in_flight: $H100_BUDGET"
+		[ "$1" = on ] && [ -n "${STEP_BUDGETS:-}" ] && echo "        max_pending_prompt_tokens: 8192"
 		port=$((port + 1))
 	done
 	for _ in $(seq "$L4S"); do
 		echo "      - url: http://127.0.0.1:$port"
 		[ "$1" = on ] && echo "        max_in_flight: $L4_BUDGET"
+		[ "$1" = on ] && [ -n "${STEP_BUDGETS:-}" ] && echo "        max_pending_prompt_tokens: 2048"
 		port=$((port + 1))
 	done
 }
@@ -167,13 +180,16 @@ run() { # name, admission on|off, load[, extra load and simulate flags]
 	done
 	local keys=()
 	[ "$tenants" = yes ] && keys=(--api-keys "$(tenant_keys)")
-	"$BIN/sluice-bench" load --target "$(IFS=,; echo "${targets[*]}")" --model "$MODEL" --fleet "$FLEET" --load "$load" \
+	local trace=()
+	[ -n "${TRACE:-}" ] && trace=(--trace "$TRACE")
+	"$BIN/sluice-bench" load --target "$(IFS=,; echo "${targets[*]}")" --model "$MODEL" --fleet "$FLEET" --load "$load" "${trace[@]}" \
 		--requests "$REQUESTS" --duration 24h "${shares[@]}" "${keys[@]}" --stream --quiet --seed 2 --time-scale "$SPEEDUP" \
 		--json "$tmp/$name.json" --outcomes "$tmp/$name-outcomes.csv" >/dev/null
 	local policy=default
 	[ -n "${QUICKEST:-}" ] && policy='scored:{quickest_classes: [priority]}'
-	"$BIN/sluice-bench" simulate --fleet "$FLEET" --synthetic --requests "$REQUESTS" --load "$load" "${shares[@]}" --seed 2 \
+	"$BIN/sluice-bench" simulate --fleet "$FLEET" "${workload[@]}" --requests "$REQUESTS" --load "$load" "${shares[@]}" --seed 2 \
 		--policy "$policy" $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET" \
+			--max-detour=-1s "${steps[@]}" \
 			${PENDING_PREFILL:+--max-pending-prefill "$PENDING_PREFILL"} ${PRIORITY_PREFILL:+--max-pending-prefill-by-class "priority=$PRIORITY_PREFILL"} \
 			${BELOW_SHARE:+--max-pending-prefill-below-share "$BELOW_SHARE"} \
 			${UNTIL_STEP:+--release-at-step}) \
@@ -191,7 +207,9 @@ for r in $RUNS; do
 done
 stop_all
 
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS synthetic requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-off}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}${UNTIL_STEP:+ until the next step}; $REPLICAS Sluice replica(s)"
+wl_name=synthetic
+[ -n "${TRACE:-}" ] && wl_name=$(basename "$TRACE")
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS $wl_name requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-off}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}${UNTIL_STEP:+ until the next step}${STEP_BUDGETS:+; max_pending_prompt_tokens per backend at its step budget}; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]
