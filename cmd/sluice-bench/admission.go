@@ -261,6 +261,26 @@ func describeAdmission(spec fleet.Spec, reqs []workload.Request, a *fleet.Admiss
 		q = fleet.DefaultQueueMax
 	}
 	fmt.Fprintf(&b, "; queue max %d", q)
+	// The two room rules the router's defaults lack (README, the
+	// simulator's room rules and the router's): say so where they run.
+	steps := a.PrefillSteps
+	if steps == 0 {
+		steps = fleet.DefaultPrefillSteps
+	}
+	detour := a.MaxDetour
+	if detour == 0 {
+		detour = fleet.DefaultMaxDetour
+	}
+	var unlike []string
+	if steps > 0 {
+		unlike = append(unlike, fmt.Sprintf("prompts pending under %g step token budget(s) (the router's max_pending_prompt_tokens, off by default)", steps))
+	}
+	if detour > 0 {
+		unlike = append(unlike, fmt.Sprintf("a detour of at most %s (the router has none)", detour))
+	}
+	if len(unlike) > 0 {
+		fmt.Fprintf(&b, "; room also needs %s: --prefill-steps=-1 --max-detour=-1s bind as the router's defaults do", strings.Join(unlike, " and "))
+	}
 	return b.String()
 }
 

@@ -100,3 +100,16 @@ func TestAdmissionSpare(t *testing.T) {
 	assert.Contains(t, stdout, "priority 0, flex 7")
 	assert.Contains(t, stdout, "36.0 / 40.0 = 0.90")
 }
+
+func TestSimulateSaysWhereItBindsUnlikeTheRouter(t *testing.T) {
+	args := []string{"simulate", "--fleet", "1xh100-llama3-8b", "--synthetic", "--requests", "50", "--policy", "default",
+		"--admission", "--table", "compact"}
+	code, _, stderr := runCLI(t, append(args, "--prefill-steps=-1", "--max-detour=-1s")...)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stderr, "admission (policy rows)")
+	assert.NotContains(t, stderr, "room also needs", "bound as the router's defaults: nothing to say")
+	code, _, stderr = runCLI(t, append(args, "--max-detour=-1s")...)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stderr, "room also needs prompts pending under 1 step token budget(s)")
+	assert.NotContains(t, stderr, "a detour of")
+}

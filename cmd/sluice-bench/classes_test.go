@@ -29,6 +29,8 @@ func TestSimulateAdmissionSplitsByClassAndTenant(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	assert.Contains(t, stderr, "admission (policy rows): budget of requests in flight h100-llama3-8b ")
 	assert.Contains(t, stderr, "l4-llama3-8b 4; max wait priority 30s, default 2m0s, flex 2s")
+	assert.Contains(t, stderr, "the router's max_pending_prompt_tokens, off by default", "the room rules the router lacks are named")
+	assert.Contains(t, stderr, "a detour of at most 1s (the router has none)")
 	assert.Contains(t, stderr, "classes: priority ")
 	assert.Contains(t, stderr, "tenants: ")
 
