@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -263,14 +264,8 @@ func describeAdmission(spec fleet.Spec, reqs []workload.Request, a *fleet.Admiss
 	fmt.Fprintf(&b, "; queue max %d", q)
 	// The two room rules the router's defaults lack (README, the
 	// simulator's room rules and the router's): say so where they run.
-	steps := a.PrefillSteps
-	if steps == 0 {
-		steps = fleet.DefaultPrefillSteps
-	}
-	detour := a.MaxDetour
-	if detour == 0 {
-		detour = fleet.DefaultMaxDetour
-	}
+	steps := cmp.Or(a.PrefillSteps, fleet.DefaultPrefillSteps)
+	detour := cmp.Or(a.MaxDetour, fleet.DefaultMaxDetour)
 	var unlike []string
 	if steps > 0 {
 		unlike = append(unlike, fmt.Sprintf("prompts pending under %g step token budget(s) (the router's max_pending_prompt_tokens, off by default)", steps))

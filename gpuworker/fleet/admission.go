@@ -739,7 +739,7 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 		if g.fresh != nil {
 			p = float64(g.fresh[w])
 		}
-		if p >= g.measuredPrefill(w)*bound && p > 0 {
+		if p >= g.s.measuredPrefill(w)*bound && p > 0 {
 			return false
 		}
 	}
@@ -754,10 +754,6 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 	}
 	return last == nil || last.KVUsage < g.kvMax
 }
-
-// measuredPrefill is worker w's prefill rate as the routers measured it
-// (the mean over the replicas that have a measurement), or 0 before any.
-func (g *gate) measuredPrefill(w int) float64 { return g.s.measuredPrefill(w) }
 
 // measuredPrefill is worker w's prefill rate as the routers measured it
 // (the mean over the replicas that have a measurement), or 0 before any.
