@@ -130,7 +130,11 @@ func (e *Endpoint) Start(prompt, expected int64) Attempt {
 // whole (not streamed). The router sees no first token that would end its
 // pending prefill, so the prompt is pending only for as long as its
 // prefill is expected to take: the prefill queued ahead and its own at the
-// endpoint's measured rate (wholePrefillGuess before one is measured).
+// endpoint's measured rate. Before the endpoint has a measured rate the
+// prompt is not pending at all: traffic of whole answers alone never
+// measures one (it has no first token to time), and a guessed second per
+// prompt held such traffic, under the admission gate's prefill bound, to
+// one request at a time per backend.
 // Pending until the answer, as it was, a live run of a 20,000-line batch
 // (whole answers) beside streamed traffic showed the harm: each line's
 // prompt stayed pending for seconds, the default policy's TTFT estimate
@@ -140,21 +144,18 @@ func (e *Endpoint) StartWhole(prompt, expected int64) Attempt {
 	a := Attempt{ep: e, prompt: prompt, tokens: expected}
 	e.Begin(expected)
 	a.ahead = e.PrefillAhead(prompt)
+	rate := e.PrefillTokensPerSec()
+	if rate <= 0 {
+		return a
+	}
 	e.BeginPrefill(prompt)
 	a.mark = e.beginFresh(prompt)
-	guess := wholePrefillGuess
-	if rate := e.PrefillTokensPerSec(); rate > 0 {
-		guess = time.Duration(float64(a.ahead+prompt) / rate * float64(time.Second))
-	}
+	guess := time.Duration(float64(a.ahead+prompt) / rate * float64(time.Second))
 	w := &wholePrefill{mark: a.mark}
 	w.timer = time.AfterFunc(guess, func() { w.end(e, prompt) })
 	a.whole = w
 	return a
 }
-
-// wholePrefillGuess is how long a whole answer's prompt counts as pending
-// before the endpoint's prefill rate is measured.
-const wholePrefillGuess = time.Second
 
 // wholePrefill ends a whole answer's pending prefill once: at its expected
 // time (a timer) or when the attempt finishes, whichever comes first.

@@ -39,3 +39,19 @@ func TestWholeAnswerPendsForItsPrefillOnly(t *testing.T) {
 		assert.Zero(t, e.PendingPromptTokens(), "the timer stopped: nothing ended twice")
 	})
 }
+
+// Before the endpoint has measured a prefill rate (traffic of whole
+// answers alone never does), a whole answer's prompt is not pending: a
+// guessed time per prompt held such traffic, under the admission gate's
+// prefill bound, to one request at a time per backend.
+func TestWholeAnswerBeforeAMeasurementIsNotPending(t *testing.T) {
+	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
+	require.NoError(t, err)
+	a := e.StartWhole(500, 600)
+	assert.Zero(t, e.PendingPromptTokens())
+	assert.Zero(t, e.FreshPromptTokens())
+	assert.EqualValues(t, 1, e.InFlight(), "in flight all the same")
+	a.Finish(backends.Outcome{Class: backends.ClassOK})
+	assert.Zero(t, e.PendingPromptTokens())
+	assert.Zero(t, e.InFlight())
+}

@@ -215,7 +215,10 @@ type Admission struct {
 	// max_in_flight.
 	MaxInFlightPerBackend int `yaml:"max_in_flight_per_backend"`
 	// QueueSize bounds the requests waiting; beyond it the worst class
-	// waiting is shed (flex first, priority last). Default 1024.
+	// waiting is shed (flex first, priority last). Default 10000 (at 1024
+	// bursts of the Azure code trace filled it below the fleet's capacity
+	// in simulation). Each waiting request holds its body, within
+	// max_body_bytes_in_flight.
 	QueueSize int `yaml:"queue_size"`
 	// MaxWait is how long a request of each class may wait before it is
 	// shed. Defaults: priority 5s, default 30s, flex 10m.
@@ -228,7 +231,8 @@ type Admission struct {
 	// tokens sent by this replica and not yet past their first token takes
 	// no more, so a request is bound where its prefill starts soon. Set it
 	// to about the engine's step token budget (vLLM's
-	// max_num_batched_tokens). Default 0: off.
+	// max_num_batched_tokens). Default 0: off, and max_pending_prefill
+	// bounds instead.
 	MaxPendingPromptTokens int64 `yaml:"max_pending_prompt_tokens"`
 	// MaxPendingPrefill: a backend with other requests in flight takes no
 	// more while the prompt tokens sent it
@@ -243,7 +247,12 @@ type Admission struct {
 	// sent and holds to 1/replicas of it. Under
 	// overload it keeps the backlog in the router's queue, where better
 	// classes and lighter tenants go first, and keeps engine steps short;
-	// at low load it can cost a step. Default 0: off.
+	// at low load it can cost a step. Default 500ms where neither the
+	// model nor any of its backends sets max_pending_prompt_tokens (both
+	// together measured worse than either), else none; a negative
+	// duration turns it off. A whole (not streamed) answer's prompt counts
+	// only once the backend's prefill rate is measured, so traffic of
+	// whole answers alone, which never measures it, is bound by the budget.
 	MaxPendingPrefill Duration `yaml:"max_pending_prefill"`
 	// MaxPendingPrefillByClass gives a service class its own
 	// max_pending_prefill, e.g. {priority: 100ms} beside

@@ -37,6 +37,31 @@ func TestParseAppliesDefaults(t *testing.T) {
 	assert.Equal(t, 80*time.Millisecond, c.Scrape.Timeout.Std())
 	assert.Equal(t, "/metrics", c.Scrape.Path)
 	assert.Equal(t, DefaultBatchReserve, c.Models[0].Admission.BatchReserve)
+	assert.Equal(t, DefaultAdmissionQueueSize, c.Models[0].Admission.QueueSize)
+	assert.Equal(t, DefaultMaxPendingPrefill, c.Models[0].Admission.MaxPendingPrefill.Std())
+}
+
+// max_pending_prefill's default holds only where no max_pending_prompt_tokens
+// bounds the backends (the model's or a backend's own); an explicit value
+// stays, and a negative one (off) is valid.
+func TestMaxPendingPrefillDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name, model string
+		want        time.Duration
+	}{
+		{"defaulted", "admission: {max_in_flight_per_backend: 8}\n    backends:\n      - url: http://a:1\n", DefaultMaxPendingPrefill},
+		{"model's step budget", "admission: {max_pending_prompt_tokens: 8192}\n    backends:\n      - url: http://a:1\n", 0},
+		{"a backend's step budget", "backends:\n      - url: http://a:1\n      - {url: http://b:1, max_pending_prompt_tokens: 2048}\n", 0},
+		{"explicit", "admission: {max_pending_prefill: 35ms}\n    backends:\n      - url: http://a:1\n", 35 * time.Millisecond},
+		{"explicit beside a step budget", "admission: {max_pending_prefill: 35ms, max_pending_prompt_tokens: 8192}\n    backends:\n      - url: http://a:1\n", 35 * time.Millisecond},
+		{"off", "admission: {max_pending_prefill: -1s}\n    backends:\n      - url: http://a:1\n", -time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte("models:\n  - name: m\n    " + tc.model))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, c.Models[0].Admission.MaxPendingPrefill.Std())
+		})
+	}
 }
 
 func TestScrapeTimeoutFollowsTheInterval(t *testing.T) {
@@ -102,15 +127,15 @@ func TestParseRejects(t *testing.T) {
 		{"bad session header", "session_header: \"X Session\"\n" + minimal, []string{"session_header: want an HTTP header name"}},
 		{"negative model timeouts", "models:\n  - name: m\n    timeouts: {first_byte: -1s, total: -2s}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].timeouts.first_byte: must not be negative", "models[0].timeouts.total: must not be negative"}},
-		{"negative admission bounds", "models:\n  - name: m\n    admission: {max_pending_prompt_tokens: -1, max_pending_prefill: -50ms, max_pending_prefill_below_share: -1s}\n    backends:\n      - url: http://a:1\n",
-			[]string{"models[0].admission.max_pending_prompt_tokens: must not be negative", "models[0].admission.max_pending_prefill: must not be negative", "models[0].admission.max_pending_prefill_below_share: must not be negative"}},
+		{"negative admission bounds", "models:\n  - name: m\n    admission: {max_pending_prompt_tokens: -1, max_pending_prefill_below_share: -1s}\n    backends:\n      - url: http://a:1\n",
+			[]string{"models[0].admission.max_pending_prompt_tokens: must not be negative", "models[0].admission.max_pending_prefill_below_share: must not be negative"}},
 		{"negative backend pending prompt tokens", "models:\n  - name: m\n    backends:\n      - {url: http://a:1, max_in_flight: 4, max_pending_prompt_tokens: -2048}\n",
 			[]string{"models[0].backends[0].max_pending_prompt_tokens: must not be negative"}},
 		{"below share with redis", "limits:\n  redis_url: redis://127.0.0.1:6379/0\nmodels:\n  - name: m\n    admission: {max_pending_prefill_below_share: 70ms}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].admission.max_pending_prefill_below_share: is for one replica"}},
 		{"pending prefill by class", "models:\n  - name: m\n    admission: {max_pending_prefill_by_class: {priority: 0s, urgent: 1s}}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].admission.max_pending_prefill_by_class.priority: must be positive", "models[0].admission.max_pending_prefill_by_class.urgent: not a service class"}},
-		{"pending_until_step alone", "models:\n  - name: m\n    admission: {pending_until_step: true}\n    backends:\n      - url: http://a:1\n",
+		{"pending_until_step alone", "models:\n  - name: m\n    admission: {pending_until_step: true, max_pending_prefill: -1s}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].admission.pending_until_step: changes how max_pending_prefill counts prompts"}},
 		{"many problems at once", `
 models:

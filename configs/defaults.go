@@ -15,7 +15,11 @@ const (
 	DefaultSessionHeader         = "X-Session-Id"
 	DefaultScrapeInterval        = 100 * time.Millisecond
 	DefaultScrapePath            = "/metrics"
-	DefaultAdmissionQueueSize    = 1024
+	DefaultAdmissionQueueSize    = 10_000 // as admission.DefaultQueueSize
+	// DefaultMaxPendingPrefill is admission.max_pending_prefill's default
+	// where no max_pending_prompt_tokens is set, as
+	// admission.DefaultMaxPendingPrefill.
+	DefaultMaxPendingPrefill = 500 * time.Millisecond
 	// DefaultBatchPrefill is admission.batch_prefill's default, as
 	// admission.DefaultBatchPrefill.
 	DefaultBatchPrefill = 50 * time.Millisecond
@@ -62,6 +66,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if a.KVMax == 0 {
 			a.KVMax = 0.95
+		}
+		if a.MaxPendingPrefill == 0 && !c.Models[i].setsPromptTokens() {
+			a.MaxPendingPrefill = Duration(DefaultMaxPendingPrefill)
 		}
 		if a.BatchPrefill == 0 {
 			a.BatchPrefill = Duration(DefaultBatchPrefill)
@@ -163,7 +170,8 @@ func (c *Config) ApplyDefaults() {
 
 // DefaultMaxWait is how long a request of class may wait for admission by
 // default: priority 5s (an interactive user would rather be told), default
-// 30s, flex 10m (throughput work that does not mind waiting).
+// 30s, flex 10m (throughput work that does not mind waiting), as
+// admission.DefaultMaxWait.
 func DefaultMaxWait(class string) time.Duration {
 	switch class {
 	case "priority":
@@ -172,4 +180,20 @@ func DefaultMaxWait(class string) time.Duration {
 		return 10 * time.Minute
 	}
 	return 30 * time.Second
+}
+
+// setsPromptTokens reports whether the model, or one of its backends, sets
+// max_pending_prompt_tokens: its backends are then bound by those, and
+// max_pending_prefill has no default. Both together measured worse than
+// either alone (README, Benchmarks).
+func (m Model) setsPromptTokens() bool {
+	if m.Admission.MaxPendingPromptTokens > 0 {
+		return true
+	}
+	for _, b := range m.Backends {
+		if b.MaxPendingPromptTokens > 0 {
+			return true
+		}
+	}
+	return false
 }

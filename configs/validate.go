@@ -176,9 +176,6 @@ func (c *Config) Validate() error {
 		if a.MaxPendingPromptTokens < 0 {
 			bad(p+".max_pending_prompt_tokens", "must not be negative (0 is off), got %d", a.MaxPendingPromptTokens)
 		}
-		if a.MaxPendingPrefill < 0 {
-			bad(p+".max_pending_prefill", "must not be negative (0 is off), got %s", a.MaxPendingPrefill.Std())
-		}
 		checkClassDurations(bad, p+".max_pending_prefill_by_class", a.MaxPendingPrefillByClass, " (leave the class out for max_pending_prefill)")
 		if a.MaxPendingPrefillBelowShare < 0 {
 			bad(p+".max_pending_prefill_below_share", "must not be negative (0 is off), got %s", a.MaxPendingPrefillBelowShare.Std())
@@ -189,7 +186,7 @@ func (c *Config) Validate() error {
 			bad(p+".max_pending_prefill_below_share", "is for one replica: it is not supported with limits.redis_url")
 		}
 		if a.PendingUntilStep && a.MaxPendingPrefill <= 0 && len(a.MaxPendingPrefillByClass) == 0 {
-			bad(p+".pending_until_step", "changes how max_pending_prefill counts prompts; set max_pending_prefill too")
+			bad(p+".pending_until_step", "changes how max_pending_prefill counts prompts; set max_pending_prefill too (it has no default where max_pending_prompt_tokens is set)")
 		}
 		if a.Replicas < 1 {
 			bad(p+".replicas", "must be at least 1, got %d", a.Replicas)

@@ -24,7 +24,8 @@
 # instead of the simulator's) PENDING_PREFILL= (admission.max_pending_prefill,
 # and simulate's --max-pending-prefill, e.g. 50ms, in simulated time: the
 # router's is this over SPEEDUP, since it measures prefill rates in wall time;
-# empty: off) PRIORITY_PREFILL= (priority's own bound, the same way:
+# empty: the router's default, 500ms, or none with STEP_BUDGETS; negative:
+# off) PRIORITY_PREFILL= (priority's own bound, the same way:
 # admission.max_pending_prefill_by_class.priority and simulate's
 # --max-pending-prefill-by-class priority=; empty: PENDING_PREFILL's)
 # BELOW_SHARE= (the bound of a tenant under its share of the requests in
@@ -37,8 +38,8 @@
 # 8192 on an H100 and 2048 on an L4, and the simulation's --prefill-steps 1;
 # empty: neither, as the router's defaults) TRACE= (a trace file, e.g. the
 # Azure code trace, replayed instead of the synthetic Poisson workload)
-# The simulation beside each run binds as the router does: no detour rule
-# (--max-detour=-1s), and the step bound only with STEP_BUDGETS.
+# The simulation beside each run binds as the router does (simulate's
+# defaults are the router's): the step bound only with STEP_BUDGETS.
 # REPLICAS=1 REDIS_URL=redis://127.0.0.1:6379/0 RUNS="light over over-noadm"
 # BASE_PORT=19600 BIN=bin KEEP=1 (keep the run's files, with each load's
 # per-request outcomes, NAME-outcomes.csv)
@@ -57,16 +58,18 @@ MIX=${MIX:-priority=0.3,flex=0.7}
 TENANTS=${TENANTS:-heavy=10,light=1}
 BASE_PORT=${BASE_PORT:-19600}
 REPLICAS=${REPLICAS:-1}
-if [ -n "${UNTIL_STEP:-}" ] && [ -z "${PENDING_PREFILL:-}" ]; then
-	echo "bench-classes-live: UNTIL_STEP needs PENDING_PREFILL: it changes how long a prompt counts toward that bound" >&2
+if [ -n "${UNTIL_STEP:-}" ] && [ -n "${STEP_BUDGETS:-}" ] && [ -z "${PENDING_PREFILL:-}" ]; then
+	echo "bench-classes-live: UNTIL_STEP with STEP_BUDGETS needs PENDING_PREFILL: it changes how long a prompt counts toward that bound" >&2
 	exit 2
 fi
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 workload=(--synthetic)
 [ -n "${TRACE:-}" ] && workload=(--trace "$TRACE")
-# The router has no detour rule, and a step bound only where configured.
-steps=(--prefill-steps=-1)
+# A step bound only where configured; without one, max_pending_prefill's
+# default (500ms of simulated time, written out in wall time for the router).
+steps=()
 [ -n "${STEP_BUDGETS:-}" ] && steps=(--prefill-steps 1)
+[ -z "${STEP_BUDGETS:-}" ] && PENDING_PREFILL=${PENDING_PREFILL:-500ms}
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
 ROUTER_PORT=$((BASE_PORT - 1))
@@ -116,7 +119,7 @@ config() { # admission on|off, router port, tenants (yes|no)
 		echo "    policy: scored"
 		echo "    params: {quickest_classes: [priority]}"
 	fi
-	if [ "$REPLICAS" -gt 1 ] || [ -n "${PENDING_PREFILL:-}" ] || [ -n "${PRIORITY_PREFILL:-}" ] || [ -n "${BELOW_SHARE:-}" ]; then
+	if [ "$REPLICAS" -gt 1 ] || [ -n "${PENDING_PREFILL:-}" ] || [ -n "${PRIORITY_PREFILL:-}" ] || [ -n "${BELOW_SHARE:-}" ] || [ -n "${UNTIL_STEP:-}" ]; then
 		echo "    admission:"
 		if [ "$REPLICAS" -gt 1 ]; then echo "      replicas: $REPLICAS"; fi
 		if [ -n "${PENDING_PREFILL:-}" ]; then echo "      max_pending_prefill: $(wall_time "$PENDING_PREFILL")"; fi
@@ -145,7 +148,7 @@ config() { # admission on|off, router port, tenants (yes|no)
 wall_time() {
 	python3 - "$1" "$SPEEDUP" <<'PY'
 import re, sys
-m = re.fullmatch(r"([0-9.]+)(us|ms|s)", sys.argv[1])
+m = re.fullmatch(r"(-?[0-9.]+)(us|ms|s)", sys.argv[1])
 if not m:
     sys.exit(f"bench-classes-live: cannot read duration {sys.argv[1]!r} (use e.g. 35ms)")
 us = float(m[1]) * {"us": 1, "ms": 1e3, "s": 1e6}[m[2]] / float(sys.argv[2])
@@ -189,7 +192,7 @@ run() { # name, admission on|off, load[, extra load and simulate flags]
 	[ -n "${QUICKEST:-}" ] && policy='scored:{quickest_classes: [priority]}'
 	"$BIN/sluice-bench" simulate --fleet "$FLEET" "${workload[@]}" --requests "$REQUESTS" --load "$load" "${shares[@]}" --seed 2 \
 		--policy "$policy" $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET" \
-			--max-detour=-1s "${steps[@]}" \
+			"${steps[@]}" \
 			${PENDING_PREFILL:+--max-pending-prefill "$PENDING_PREFILL"} ${PRIORITY_PREFILL:+--max-pending-prefill-by-class "priority=$PRIORITY_PREFILL"} \
 			${BELOW_SHARE:+--max-pending-prefill-below-share "$BELOW_SHARE"} \
 			${UNTIL_STEP:+--release-at-step}) \
@@ -209,7 +212,7 @@ stop_all
 
 wl_name=synthetic
 [ -n "${TRACE:-}" ] && wl_name=$(basename "$TRACE")
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS $wl_name requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-off}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}${UNTIL_STEP:+ until the next step}${STEP_BUDGETS:+; max_pending_prompt_tokens per backend at its step budget}; $REPLICAS Sluice replica(s)"
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS $wl_name requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-none}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}${UNTIL_STEP:+ until the next step}${STEP_BUDGETS:+; max_pending_prompt_tokens per backend at its step budget}; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]

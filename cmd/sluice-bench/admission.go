@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,19 +49,19 @@ type admissionFlags struct {
 func (a *admissionFlags) register(fs *flag.FlagSet) {
 	a.registeredOn = fs
 	fs.BoolVar(&a.admit, "admission", false, "run the policy rows through admission control: each worker takes at most its budget of requests in flight, the rest wait in one queue (by service class, then token-fair between tenants, then arrival) and are bound to a worker only when it has room (late binding); a request that waits past its class's maximum, or that a full queue pushes out (flex first), is shed. The oracle row is unchanged")
-	fs.StringVar(&a.maxWait, "max-wait", "", "with --admission, each class's longest wait, e.g. priority=30s,flex=10m (defaults: priority 30s, default 2m, flex 10m; a negative duration means no limit)")
+	fs.StringVar(&a.maxWait, "max-wait", "", "with --admission, each class's longest wait, e.g. priority=30s,flex=10m (defaults, the router's: priority 5s, default 30s, flex 10m; a negative duration means no limit)")
 	fs.StringVar(&a.budget, "budget", "", "with --admission, every worker's budget of requests in flight (`N`), or per profile (PROFILE=N,...); default: the batch a saturated worker runs for this workload, plus one step's prompts (fleet.DefaultBudgets)")
-	fs.DurationVar(&a.pendingPrefill, "max-pending-prefill", 0, "with --admission, a worker with requests in flight has room only while the prompt tokens bound to it and not yet prefilled would take less than this at the prefill rate the router measured for it (the router's admission.max_pending_prefill; one prompt at a time before the first measurement; 0 = off)")
+	fs.DurationVar(&a.pendingPrefill, "max-pending-prefill", 0, "with --admission, a worker with requests in flight has room only while the prompt tokens bound to it and not yet prefilled would take less than this at the prefill rate the router measured for it (the router's admission.max_pending_prefill; one prompt at a time before the first measurement; default, the router's, 500ms unless --prefill-steps is given; negative = off)")
 	fs.StringVar(&a.classPrefill, "max-pending-prefill-by-class", "", "with --admission, a class's own --max-pending-prefill, e.g. priority=100ms (the router's admission.max_pending_prefill_by_class; classes not named take --max-pending-prefill)")
 	fs.DurationVar(&a.belowShare, "max-pending-prefill-below-share", 0, "with --admission, the prefill bound of a request whose tenant holds less than its weighted share of the requests in flight while another tenant holds some, where larger than its class's (the router's admission.max_pending_prefill_below_share; 0 = off)")
-	fs.Float64Var(&a.prefill, "prefill-steps", 0, "with --admission, a worker has room only while the prompt tokens bound to it and not yet prefilled are fewer than this many of its steps' token budgets (default 1, as the reference binds; negative = no such bound, the budget alone)")
+	fs.Float64Var(&a.prefill, "prefill-steps", 0, "with --admission, a worker has room only while the prompt tokens bound to it and not yet prefilled are fewer than this many of its steps' token budgets (the router's max_pending_prompt_tokens on each backend at that many of its engine's max_num_batched_tokens; as there, --max-pending-prefill then has no default; default 0: off)")
 	fs.BoolVar(&a.sameStep, "same-step", false, "with --admission, bind the requests a worker's step made room for before it plans its next step, so they join that step (a router with no delay between a step and its answers; the live router's requests start at the step after)")
 	fs.BoolVar(&a.releaseAtStep, "release-at-step", false, "with --admission and --max-pending-prefill, count a bound prompt toward the bound only until its worker plans a step after it was bound, not until its first token (a what-if: the router counts until the first token)")
-	fs.DurationVar(&a.detour, "max-detour", 0, "with --admission, a worker takes the next request only if the request's estimated time to first token there is within this of its best estimate on any worker; otherwise the request waits for one that suits it and later ones may go ahead (default 1s; negative = off)")
+	fs.DurationVar(&a.detour, "max-detour", 0, "with --admission, a worker takes the next request only if the request's estimated time to first token there is within this of its best estimate on any worker; otherwise the request waits for one that suits it and later ones may go ahead (a what-if: the router has no such rule; default 0: off)")
 	fs.Float64Var(&a.kvMax, "kv-max", 0, "with --admission, the scraped KV-cache use (0..1) at which a busy worker takes no more requests (default 0.95; negative = off)")
 	fs.DurationVar(&a.batchPre, "batch-prefill", 0, "with --admission and --batch, while a worker has other requests in flight it takes a batch line only if the prompts bound to it and not yet prefilled, the line's included, take at most this at its prefill rate, so the batch stays in what the other requests leave (default 50ms; negative = off)")
 	fs.StringVar(&a.weights, "tenant-weights", "", "with --admission and --tenants, tenants' weights in the queue's token-fair share, e.g. light=4 (default 1 each): a tenant with weight W is served W tokens for every token of a weight-1 tenant while both wait")
-	fs.IntVar(&a.queueMax, "queue-max", 0, "with --admission, the most requests that may wait; a full queue sheds flex first (default 100000)")
+	fs.IntVar(&a.queueMax, "queue-max", 0, "with --admission, the most requests that may wait; a full queue sheds flex first (default, the router's queue_size: 10000)")
 }
 
 // validate parses --max-wait and --budget, and rejects a flag given where
@@ -91,9 +90,6 @@ func (a *admissionFlags) validate(batch bool) error {
 			errs = append(errs, fmt.Errorf("%s and %s need --admission", strings.Join(names[:last], ", "), names[last]))
 		}
 	}
-	if a.pendingPrefill < 0 {
-		errs = append(errs, errors.New("--max-pending-prefill must not be negative (0 is off)"))
-	}
 	if a.belowShare < 0 {
 		errs = append(errs, errors.New("--max-pending-prefill-below-share must not be negative (0 is off)"))
 	}
@@ -103,7 +99,10 @@ func (a *admissionFlags) validate(batch bool) error {
 			errs = append(errs, err)
 		}
 	}
-	if a.releaseAtStep && a.pendingPrefill == 0 && a.prefills == [admission.NumClasses]time.Duration{} {
+	// The bound is off when turned off, or when a step budget takes its
+	// default away (fleet.Admission.PendingPrefill).
+	pendingOff := a.pendingPrefill < 0 || a.pendingPrefill == 0 && a.prefill > 0
+	if a.releaseAtStep && pendingOff && a.prefills == [admission.NumClasses]time.Duration{} {
 		errs = append(errs, errors.New("--release-at-step needs --max-pending-prefill: it changes how long a prompt counts toward that bound, which is off"))
 	}
 	if given["batch-prefill"] && !batch {
@@ -262,19 +261,20 @@ func describeAdmission(spec fleet.Spec, reqs []workload.Request, a *fleet.Admiss
 		q = fleet.DefaultQueueMax
 	}
 	fmt.Fprintf(&b, "; queue max %d", q)
-	// The two room rules the router's defaults lack (README, the
-	// simulator's room rules and the router's): say so where they run.
-	steps := cmp.Or(a.PrefillSteps, fleet.DefaultPrefillSteps)
-	detour := cmp.Or(a.MaxDetour, fleet.DefaultMaxDetour)
-	var unlike []string
-	if steps > 0 {
-		unlike = append(unlike, fmt.Sprintf("prompts pending under %g step token budget(s) (the router's max_pending_prompt_tokens, off by default)", steps))
+	// The room rules beside the budget and the KV bound, and any the
+	// router does not have.
+	if steps := a.PrefillSteps; steps > 0 {
+		fmt.Fprintf(&b, "; room needs prompts pending under %g step token budget(s) (the router's max_pending_prompt_tokens at each engine's)", steps)
 	}
-	if detour > 0 {
-		unlike = append(unlike, fmt.Sprintf("a detour of at most %s (the router has none)", detour))
+	pending := a.PendingPrefill
+	if pending == 0 && a.PrefillSteps <= 0 {
+		pending = admission.DefaultMaxPendingPrefill
 	}
-	if len(unlike) > 0 {
-		fmt.Fprintf(&b, "; room also needs %s: --prefill-steps=-1 --max-detour=-1s bind as the router's defaults do", strings.Join(unlike, " and "))
+	if pending > 0 {
+		fmt.Fprintf(&b, "; room needs prompts pending under %s of prefill at the measured rate (the router's max_pending_prefill)", pending)
+	}
+	if a.MaxDetour > 0 {
+		fmt.Fprintf(&b, "; room needs a detour of at most %s (a what-if: the router has no such rule)", a.MaxDetour)
 	}
 	return b.String()
 }

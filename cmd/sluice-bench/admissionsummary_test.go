@@ -101,15 +101,25 @@ func TestAdmissionSpare(t *testing.T) {
 	assert.Contains(t, stdout, "36.0 / 40.0 = 0.90")
 }
 
-func TestSimulateSaysWhereItBindsUnlikeTheRouter(t *testing.T) {
+// simulate --admission says which room rules it binds by: by default the
+// router's (500ms of pending prefill), a step budget in its place with
+// --prefill-steps, and the detour rule the router lacks only when asked.
+func TestSimulateSaysItsRoomRules(t *testing.T) {
 	args := []string{"simulate", "--fleet", "1xh100-llama3-8b", "--synthetic", "--requests", "50", "--policy", "default",
 		"--admission", "--table", "compact"}
-	code, _, stderr := runCLI(t, append(args, "--prefill-steps=-1", "--max-detour=-1s")...)
+	code, _, stderr := runCLI(t, args...)
 	require.Equal(t, exitOK, code, stderr)
 	assert.Contains(t, stderr, "admission (policy rows)")
-	assert.NotContains(t, stderr, "room also needs", "bound as the router's defaults: nothing to say")
-	code, _, stderr = runCLI(t, append(args, "--max-detour=-1s")...)
+	assert.Contains(t, stderr, "max wait priority 5s, default 30s, flex 10m0s; queue max 10000")
+	assert.Contains(t, stderr, "room needs prompts pending under 500ms of prefill")
+	assert.NotContains(t, stderr, "step token budget")
+	assert.NotContains(t, stderr, "detour")
+	code, _, stderr = runCLI(t, append(args, "--prefill-steps", "1", "--max-detour", "1s")...)
 	require.Equal(t, exitOK, code, stderr)
-	assert.Contains(t, stderr, "room also needs prompts pending under 1 step token budget(s)")
-	assert.NotContains(t, stderr, "a detour of")
+	assert.Contains(t, stderr, "room needs prompts pending under 1 step token budget(s)")
+	assert.NotContains(t, stderr, "of prefill at the measured rate", "a step budget takes the default away, as in the router")
+	assert.Contains(t, stderr, "a detour of at most 1s (a what-if")
+	code, _, stderr = runCLI(t, append(args, "--max-pending-prefill=-1s")...)
+	require.Equal(t, exitOK, code, stderr)
+	assert.NotContains(t, stderr, "room needs")
 }

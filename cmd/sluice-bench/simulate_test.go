@@ -111,8 +111,8 @@ func TestSimulateAdmissionFlagsNeedTheirCompanions(t *testing.T) {
 		{"max-pending-prefill", []string{"--max-pending-prefill", "50ms"}, "--max-pending-prefill needs --admission"},
 		{"tenant-weights", []string{"--tenants", "a=1,b=1", "--tenant-weights", "a=2"}, "--tenant-weights needs --admission"},
 		{"several", []string{"--kv-max", "0.5", "--same-step", "--budget", "4"}, "--budget, --same-step and --kv-max need --admission"},
-		{"release-at-step without max-pending-prefill", []string{"--admission", "--release-at-step"}, "--release-at-step needs --max-pending-prefill"},
-		{"release-at-step with max-pending-prefill off", []string{"--admission", "--release-at-step", "--max-pending-prefill", "0"}, "--release-at-step needs --max-pending-prefill"},
+		{"release-at-step with the prefill bound off", []string{"--admission", "--release-at-step", "--max-pending-prefill=-1ms"}, "--release-at-step needs --max-pending-prefill"},
+		{"release-at-step with step budgets", []string{"--admission", "--release-at-step", "--prefill-steps", "1"}, "--release-at-step needs --max-pending-prefill"},
 		{"batch-prefill without batch", []string{"--admission", "--batch-prefill", "10ms"}, "--batch-prefill needs --batch"},
 	}
 	for _, tt := range tests {

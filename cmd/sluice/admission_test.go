@@ -254,3 +254,69 @@ func TestBackendMaxPendingPromptTokens(t *testing.T) {
 	assert.Equal(t, 1, count[eps[0]], "a holds one pending prompt over its bound, then takes none")
 	assert.Equal(t, 9, count[eps[1]], "b has no bound of its own and the model's is off")
 }
+
+// The config's admission defaults are the gate's and the simulator's
+// (configs cannot import the gate; the simulator takes the gate's).
+func TestAdmissionDefaultsAgree(t *testing.T) {
+	assert.Equal(t, admission.DefaultQueueSize, configs.DefaultAdmissionQueueSize)
+	assert.Equal(t, admission.DefaultMaxPendingPrefill, configs.DefaultMaxPendingPrefill)
+	assert.Equal(t, admission.DefaultBatchPrefill, configs.DefaultBatchPrefill)
+	for c := range admission.NumClasses {
+		assert.Equal(t, admission.DefaultMaxWait[c], configs.DefaultMaxWait(c.String()), c.String())
+	}
+}
+
+// With admission on and no bound configured, max_pending_prefill's default
+// (500ms) binds streams by the backend's measured prefill rate, while
+// whole answers to a backend with no measured rate (traffic of whole
+// answers alone never measures one) are bound by the budget alone.
+func TestDefaultPrefillBound(t *testing.T) {
+	gateOf := func(t *testing.T) (*admission.Gate, *backends.Endpoint) {
+		c, err := configs.Parse([]byte("models:\n  - name: m\n    admission: {max_in_flight_per_backend: 10}\n    backends:\n      - url: http://a.invalid:1\n"))
+		require.NoError(t, err)
+		m := c.Models[0]
+		e, err := backends.NewEndpoint(m.Backends[0].URL, 1)
+		require.NoError(t, err)
+		pool, err := backends.NewPool(m.Name, []*backends.Endpoint{e})
+		require.NoError(t, err)
+		picker, err := roundrobin.New(nil)
+		require.NoError(t, err)
+		g, err := newGate(m, pool, picker, []*backends.Endpoint{e}, nil)
+		require.NoError(t, err)
+		return g, e
+	}
+	// admitted sends requests of 200 prompt tokens until one finds no room
+	// (it would wait: its context ends) and says how many went.
+	admitted := func(t *testing.T, g *admission.Gate, e *backends.Endpoint, stream bool) int {
+		for n := range 10 {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			tk, err := g.Admit(ctx, admission.Request{Class: admission.Default, Tokens: 250,
+				Routing: &policies.Request{Model: "m", PromptTokens: 200, MaxTokens: 50, Stream: stream}})
+			cancel()
+			if err != nil {
+				return n
+			}
+			start := e.Start
+			if !stream {
+				start = e.StartWhole
+			}
+			a := start(200, 250)
+			tk.Started()
+			t.Cleanup(func() { a.Finish(backends.Outcome{Class: backends.ClassOK}); tk.Release() })
+		}
+		return 10
+	}
+	t.Run("streams by the measured rate", func(t *testing.T) {
+		g, e := gateOf(t)
+		e.ObservePrefill(0, 1000, time.Second) // 1,000 prompt tokens/s: 500 tokens in 500ms
+		assert.Equal(t, 3, admitted(t, g, e, true), "200, 400, then 600 pending: the fourth waits")
+	})
+	t.Run("streams one at a time before a measurement", func(t *testing.T) {
+		g, e := gateOf(t)
+		assert.Equal(t, 1, admitted(t, g, e, true))
+	})
+	t.Run("whole answers before a measurement by the budget", func(t *testing.T) {
+		g, e := gateOf(t)
+		assert.Equal(t, 10, admitted(t, g, e, false))
+	})
+}

@@ -229,7 +229,7 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		// Negative turns it off in both; zero cannot reach here (defaulted).
 		BatchPrefill:      m.Admission.BatchPrefill.Std(),
 		BatchReserve:      m.Admission.BatchReserve,
-		MaxPendingPrefill: m.Admission.MaxPendingPrefill.Std(),
+		MaxPendingPrefill: max(m.Admission.MaxPendingPrefill.Std(), 0), // negative: off
 		BelowSharePrefill: m.Admission.MaxPendingPrefillBelowShare.Std(),
 		PendingUntilStep:  m.Admission.PendingUntilStep,
 	}

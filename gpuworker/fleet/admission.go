@@ -18,32 +18,34 @@ import (
 // uses.
 //
 // A worker has room while it has fewer requests in flight (bound and not
-// finished) than its Budget, fewer prompt tokens bound and not yet
-// prefilled than PrefillSteps of its steps' token budgets, and, unless
-// idle, a scraped KV-cache use below KVMax. A request that arrives when
-// some worker has room and nobody waits is routed at once by its replica's
-// Picker over the workers with room; otherwise it waits in the queue (by
-// class, tier priority, tokens served per tenant, arrival). Whenever room
-// frees (a request finishes, gets its first token, or is refused by its
-// engine) the queue's next requests are bound, at that virtual time and
-// before the freed engine plans its next step, each to a worker with room
-// chosen by its replica's Picker over those workers (late binding), less
-// those MaxDetour rules out for it. A request waits at most its class's
-// MaxWait, and a full queue pushes out flex first; a shed request's
-// Outcome.Err is "shed: CLASS: why". The queue is one for all router
-// replicas, as the store shares it live. Zero fields mean the documented
-// defaults.
+// finished) than its Budget, its prompt tokens bound and not yet prefilled
+// would take less than PendingPrefill at the prefill rate measured for it
+// (or, with PrefillSteps, are fewer than that many of its steps' token
+// budgets) and, unless idle, a scraped KV-cache use below KVMax: the live
+// gate's rules and defaults. A request that arrives when some worker has
+// room and nobody waits is routed at once by its replica's Picker over the
+// workers with room; otherwise it waits in the queue (by class, tier
+// priority, tokens served per tenant, arrival). Whenever room frees (a
+// request finishes, gets its first token, or is refused by its engine) the
+// queue's next requests are bound, at that virtual time and, as the live
+// router binds, after the freed engine has planned its next step, each to a
+// worker with room chosen by its replica's Picker over those workers (late
+// binding). A request waits at most its class's MaxWait, and a full queue
+// pushes out flex first; a shed request's Outcome.Err is "shed: CLASS:
+// why". The queue is one for all router replicas, as the store shares it
+// live. Zero fields mean the router's defaults; SameStep, ReleaseAtStep and
+// MaxDetour are what-ifs the router does not do.
 //
 // The count budget alone, as the issue first framed room, bound requests
 // too early on the Azure code trace: a worker at its budget could hold a
 // dozen long prompts, and p99 TTFT was 1.21-1.38x the reference
-// scheduler's (seeds 0 and 1, loads 0.8 and 0.95). The prefill bound
-// brought it to 1.11-1.13x, keeping long prompts off the L4s (MaxDetour)
-// to 1.04-1.06x. The KV bound is for decode-heavy work, where a budget at
-// the KV cache's capacity left new prompts waiting in engines for blocks:
-// on Poisson work (512/128 tokens) at 1.3x, priority p99 TTFT was 2.0 s
-// without it and 0.8-0.9 s with it (its p50 0.15 s and 0.29 s; flex took
-// 1.00 and 0.97 of the spare capacity).
+// scheduler's (seeds 0 and 1, loads 0.8 and 0.95). A bound on pending
+// prefill (one step's token budget) brought it to 1.11-1.13x. The KV bound
+// is for decode-heavy work, where a budget at the KV cache's capacity left
+// new prompts waiting in engines for blocks: on Poisson work (512/128
+// tokens) at 1.3x, priority p99 TTFT was 2.0 s without it and 0.8-0.9 s
+// with it (its p50 0.15 s and 0.29 s; flex took 1.00 and 0.97 of the spare
+// capacity).
 type Admission struct {
 	// Budget holds each worker's budget of requests in flight, in worker
 	// order. Nil, or an entry below 1, means that worker's DefaultBudgets
@@ -68,8 +70,10 @@ type Admission struct {
 	// its steps' token budgets (max_num_batched_tokens): a worker has room
 	// only while those are fewer, so a request is bound only to a worker
 	// whose next step or so can start its prefill, as the reference
-	// scheduler binds. Zero means DefaultPrefillSteps; negative turns the
-	// bound off, leaving the budget alone.
+	// scheduler binds. It is the router's max_pending_prompt_tokens set on
+	// each backend at that many of its engine's step budgets, and as
+	// there, it takes PendingPrefill's default away. Zero or negative: off
+	// (the router's default).
 	PrefillSteps float64
 	// PendingPrefill is the router's admission.max_pending_prefill: a
 	// worker with requests in flight has no room while its prompt tokens
@@ -78,7 +82,9 @@ type Admission struct {
 	// PrefillTokensPerSec, from times to first token: under load below
 	// the profile's, since a step's decode work shares it), as the live
 	// gate does; one prompt at a time before the first measurement. Zero
-	// turns it off.
+	// means the router's default, admission.DefaultMaxPendingPrefill,
+	// unless PrefillSteps is on (then none, as the router's default is
+	// none where max_pending_prompt_tokens is set); negative turns it off.
 	PendingPrefill time.Duration
 	// ClassPendingPrefill is the router's
 	// admission.max_pending_prefill_by_class: a class's own bound in
@@ -102,8 +108,8 @@ type Admission struct {
 	// any worker below its budget, room or not. A request that no worker
 	// with room suits is set aside, ahead of the queue, until one does,
 	// and the requests behind it may go ahead on the workers it did not
-	// want, as in the reference scheduler. Zero means DefaultMaxDetour;
-	// negative turns it off.
+	// want, as in the reference scheduler. The router has no such rule: a
+	// what-if. Zero or negative: off.
 	MaxDetour time.Duration
 	// KVMax is the KV-cache use (0..1), as the router last scraped it, at
 	// which a worker with requests in flight takes no more: its engine
@@ -141,20 +147,9 @@ type Admission struct {
 	ReleaseAtStep bool
 }
 
-// DefaultMaxWait is each class's longest wait by default: half a minute
-// for interactive (priority) work, two minutes for default, and ten
-// minutes for flex, whose clients OpenAI tells to allow 15 minutes.
-var DefaultMaxWait = [admission.NumClasses]time.Duration{
-	admission.Priority: 30 * time.Second,
-	admission.Default:  2 * time.Minute,
-	admission.Flex:     10 * time.Minute,
-}
-
-// DefaultPrefillSteps is the default Admission.PrefillSteps: less than one
-// step's token budget of prompts waiting for their prefill, the reference
-// scheduler's condition for binding. Two steps measured the same on the
-// Azure trace; none (the budget alone) 5-8% worse p99 TTFT.
-const DefaultPrefillSteps = 1.0
+// DefaultMaxWait is each class's longest wait by default, the router's
+// (admission.DefaultMaxWait).
+var DefaultMaxWait = admission.DefaultMaxWait
 
 // DefaultKVMax is the default Admission.KVMax.
 const DefaultKVMax = 0.95
@@ -172,13 +167,19 @@ const DefaultKVMax = 0.95
 // decodes lengthen every step (TestBatchPrefillConfinesTheBatch).
 const DefaultBatchPrefill = admission.DefaultBatchPrefill
 
-// DefaultMaxDetour is the default Admission.MaxDetour. On the Azure trace
-// (seeds 0 and 1) it kept every prompt over 5,000 tokens off the L4s at
-// 0.95 load, where 186 had gone there; 500 ms gave the priority class a
-// lower p99 TTFT (1.3 s against 1.5 s at 0.5 load) but cost 3-5% of p50
-// against the reference; off, priority's p99 was 2.3 s at 0.5 load, its
-// long prompts prefilled on L4s.
-const DefaultMaxDetour = time.Second
+// pendingPrefill is PendingPrefill with its default: the router's where
+// no step budget bounds the workers; 0 is off.
+func (a *Admission) pendingPrefill() time.Duration {
+	switch {
+	case a.PendingPrefill < 0:
+		return 0
+	case a.PendingPrefill > 0:
+		return a.PendingPrefill
+	case a.PrefillSteps > 0:
+		return 0
+	}
+	return admission.DefaultMaxPendingPrefill
+}
 
 // maxAside bounds the requests set aside for another worker; when it is
 // reached, the queue's next request takes whatever worker has room.
@@ -189,8 +190,9 @@ const maxAside = 64
 // admission.MaxBatchAside.
 const maxBatchAside = admission.MaxBatchAside
 
-// DefaultQueueMax is the default bound on waiting requests.
-const DefaultQueueMax = 100_000
+// DefaultQueueMax is the default bound on waiting requests, the router's
+// (admission.DefaultQueueSize).
+const DefaultQueueMax = admission.DefaultQueueSize
 
 // AdmissionStats is what admission measured over a run, for capacity
 // questions per class: how much each class got while the fleet was
@@ -367,13 +369,16 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 	}
 	g.pending = make([]int64, n)
 	g.unfilled = make([]bool, len(s.reqs))
-	if steps := cmp.Or(a.PrefillSteps, DefaultPrefillSteps); steps > 0 {
+	if steps := a.PrefillSteps; steps > 0 {
 		g.pendingMax = make([]int64, n)
 		for w, p := range s.profiles {
 			g.pendingMax[w] = int64(math.Ceil(steps * float64(p.MaxBatchedTokens)))
 		}
 	}
-	g.detour = cmp.Or(a.MaxDetour, DefaultMaxDetour).Seconds()
+	g.detour = -1
+	if a.MaxDetour > 0 {
+		g.detour = a.MaxDetour.Seconds()
+	}
 	g.kvMax = cmp.Or(a.KVMax, DefaultKVMax)
 	g.rate = make([]float64, n)
 	for w, p := range s.profiles {
@@ -384,7 +389,7 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 	}
 	tracks := false
 	for c := range g.pendingPrefill {
-		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.PendingPrefill).Seconds()
+		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.pendingPrefill()).Seconds()
 		tracks = tracks || g.pendingPrefill[c] > 0
 	}
 	if a.BelowSharePrefill > 0 {

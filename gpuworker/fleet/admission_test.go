@@ -215,7 +215,7 @@ func TestAdmissionBindsAfterTheEnginePlannedItsNextStep(t *testing.T) {
 		{Arrival: 2 * time.Millisecond, PromptTokens: 3000, OutputTokens: 2},
 	}
 	run := func(same bool) Outcome {
-		res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), Admission: &Admission{Budget: []int{2}, SameStep: same}}, reqs)
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), Admission: &Admission{Budget: []int{2}, PendingPrefill: -1, SameStep: same}}, reqs)
 		require.NoError(t, err)
 		for i, o := range res.Requests {
 			require.True(t, o.OK, "request %d: %s", i, o.Err)
@@ -604,7 +604,8 @@ func TestAdmissionKVBound(t *testing.T) {
 	reqs := synthetic(t, spec, 600, 1.3, 28)
 	inEngine := func(kv float64, scrape time.Duration) time.Duration {
 		res, err := Run(Options{Spec: spec, Pickers: pickers(t, roundrobin.New, 1), ScrapeInterval: scrape,
-			Admission: &Admission{Budget: []int{1000}, KVMax: kv}}, reqs)
+			Admission: &Admission{Budget: []int{1000}, KVMax: kv, PrefillSteps: 1,
+				MaxWait: [admission.NumClasses]time.Duration{admission.Default: 2 * time.Minute}}}, reqs)
 		require.NoError(t, err)
 		var ds []time.Duration
 		for _, o := range res.Requests {
