@@ -130,11 +130,11 @@ func (e *Endpoint) Start(prompt, expected int64) Attempt {
 // whole (not streamed). The router sees no first token that would end its
 // pending prefill, so the prompt is pending only for as long as its
 // prefill is expected to take: the prefill queued ahead and its own at the
-// endpoint's measured rate. Before the endpoint has a measured rate the
-// prompt is not pending at all: traffic of whole answers alone never
-// measures one (it has no first token to time), and a guessed second per
-// prompt held such traffic, under the admission gate's prefill bound, to
-// one request at a time per backend.
+// endpoint's measured rate. Before the endpoint has a measured rate (a
+// stream's first token, or an earlier whole answer, WholeAnswer) the
+// prompt is not pending at all: a guessed second per prompt held whole
+// answers, under the admission gate's prefill bound, to one request at a
+// time per backend until its first answers came back.
 // Pending until the answer, as it was, a live run of a 20,000-line batch
 // (whole answers) beside streamed traffic showed the harm: each line's
 // prompt stayed pending for seconds, the default policy's TTFT estimate

@@ -40,10 +40,10 @@ func TestWholeAnswerPendsForItsPrefillOnly(t *testing.T) {
 	})
 }
 
-// Before the endpoint has measured a prefill rate (traffic of whole
-// answers alone never does), a whole answer's prompt is not pending: a
-// guessed time per prompt held such traffic, under the admission gate's
-// prefill bound, to one request at a time per backend.
+// Before the endpoint has measured a prefill rate (its first answers do), a
+// whole answer's prompt is not pending: a guessed time per prompt held
+// whole answers, under the admission gate's prefill bound, to one request
+// at a time per backend until then.
 func TestWholeAnswerBeforeAMeasurementIsNotPending(t *testing.T) {
 	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
 	require.NoError(t, err)

@@ -250,9 +250,10 @@ type Admission struct {
 	// at low load it can cost a step. Default 500ms where neither the
 	// model nor any of its backends sets max_pending_prompt_tokens (both
 	// together measured worse than either), else none; a negative
-	// duration turns it off. A whole (not streamed) answer's prompt counts
-	// only once the backend's prefill rate is measured, so traffic of
-	// whole answers alone, which never measures it, is bound by the budget.
+	// duration turns it off. Before a backend's prefill rate is first
+	// measured (a stream's first token, or a whole answer's time less its
+	// decode) a streamed prompt is let in one at a time and a whole (not
+	// streamed) answer's prompt does not count.
 	MaxPendingPrefill Duration `yaml:"max_pending_prefill"`
 	// MaxPendingPrefillByClass gives a service class its own
 	// max_pending_prefill, e.g. {priority: 100ms} beside

@@ -267,9 +267,9 @@ func TestAdmissionDefaultsAgree(t *testing.T) {
 }
 
 // With admission on and no bound configured, max_pending_prefill's default
-// (500ms) binds streams by the backend's measured prefill rate, while
-// whole answers to a backend with no measured rate (traffic of whole
-// answers alone never measures one) are bound by the budget alone.
+// (500ms) binds streams by the backend's measured prefill rate (one at a
+// time before a measurement), while whole answers to a backend with no
+// measured rate yet are bound by the budget alone.
 func TestDefaultPrefillBound(t *testing.T) {
 	gateOf := func(t *testing.T) (*admission.Gate, *backends.Endpoint) {
 		c, err := configs.Parse([]byte("models:\n  - name: m\n    admission: {max_in_flight_per_backend: 10}\n    backends:\n      - url: http://a.invalid:1\n"))

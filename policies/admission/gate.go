@@ -684,10 +684,10 @@ func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, bound time.Durati
 	l.Prompt = max(promptOf(routing), 1)
 	if routing != nil && !routing.Stream {
 		if rate <= 0 {
-			// As backends.Endpoint.StartWhole: with no measured rate an
-			// answer that comes whole carries no prompt, so that traffic of
-			// whole answers alone, which never measures one, is not held to
-			// one at a time.
+			// As backends.Endpoint.StartWhole: with no measured rate yet an
+			// answer that comes whole carries no prompt, so that whole
+			// answers are not held to one at a time until a backend's
+			// first answers have measured one.
 			l.Prompt = 0
 			return l
 		}
