@@ -1,6 +1,9 @@
 package configs
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Defaults for fields left empty. Each field's doc comment repeats its default.
 const (
@@ -187,13 +190,6 @@ func DefaultMaxWait(class string) time.Duration {
 // max_pending_prefill has no default. Both together measured worse than
 // either alone (README, Benchmarks).
 func (m Model) setsPromptTokens() bool {
-	if m.Admission.MaxPendingPromptTokens > 0 {
-		return true
-	}
-	for _, b := range m.Backends {
-		if b.MaxPendingPromptTokens > 0 {
-			return true
-		}
-	}
-	return false
+	return m.Admission.MaxPendingPromptTokens > 0 ||
+		slices.ContainsFunc(m.Backends, func(b Backend) bool { return b.MaxPendingPromptTokens > 0 })
 }
