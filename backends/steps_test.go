@@ -31,7 +31,11 @@ func TestFreshPromptTokensUntilTheNextStepMark(t *testing.T) {
 
 	b, c := e.Start(200, 250), e.Start(50, 60)
 	assert.EqualValues(t, 250, e.FreshPromptTokens())
-	b.FirstToken(time.Millisecond)
+	// A slow first token (a low measured prefill rate), so that the whole
+	// answer below stays pending for its expected prefill, a minute, not
+	// the millisecond a fast rate gave it (the race detector on a busy
+	// machine overran that once).
+	b.FirstToken(time.Minute)
 	assert.EqualValues(t, 50, e.FreshPromptTokens(), "b's first token came before a mark")
 	a.Finish(Outcome{Class: ClassOK})
 	assert.EqualValues(t, 50, e.FreshPromptTokens(), "a was handed over at an earlier mark")
