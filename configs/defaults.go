@@ -70,7 +70,7 @@ func (c *Config) ApplyDefaults() {
 		if a.KVMax == 0 {
 			a.KVMax = 0.95
 		}
-		if a.MaxPendingPrefill == 0 && !c.Models[i].setsPromptTokens() {
+		if a.MaxPendingPrefill == 0 && !c.Models[i].SetsPromptTokens() {
 			a.MaxPendingPrefill = Duration(DefaultMaxPendingPrefill)
 		}
 		if a.BatchPrefill == 0 {
@@ -185,11 +185,11 @@ func DefaultMaxWait(class string) time.Duration {
 	return 30 * time.Second
 }
 
-// setsPromptTokens reports whether the model, or one of its backends, sets
+// SetsPromptTokens reports whether the model, or one of its backends, sets
 // max_pending_prompt_tokens: its backends are then bound by those, and
 // max_pending_prefill has no default. Both together measured worse than
 // either alone (README, Benchmarks).
-func (m Model) setsPromptTokens() bool {
+func (m Model) SetsPromptTokens() bool {
 	return m.Admission.MaxPendingPromptTokens > 0 ||
 		slices.ContainsFunc(m.Backends, func(b Backend) bool { return b.MaxPendingPromptTokens > 0 })
 }

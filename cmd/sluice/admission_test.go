@@ -320,3 +320,19 @@ func TestDefaultPrefillBound(t *testing.T) {
 		assert.Equal(t, 10, admitted(t, g, e, false))
 	})
 }
+
+// The start log says how each model's admission binds, defaults included.
+func TestAdmissionSummary(t *testing.T) {
+	for _, tc := range []struct{ model, want string }{
+		{"backends:\n      - url: http://a:1\n", "off"},
+		{"admission: {max_in_flight_per_backend: 8}\n    backends:\n      - url: http://a:1\n",
+			"budgets, and prompts pending under 500ms of prefill (max_pending_prefill)"},
+		{"admission: {max_in_flight_per_backend: 8, max_pending_prefill: -1s}\n    backends:\n      - url: http://a:1\n", "budgets alone"},
+		{"backends:\n      - {url: http://a:1, max_in_flight: 8, max_pending_prompt_tokens: 8192}\n",
+			"budgets, and prompts pending under max_pending_prompt_tokens"},
+	} {
+		c, err := configs.Parse([]byte("models:\n  - name: m\n    " + tc.model))
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, admissionSummary(c.Models[0]), tc.model)
+	}
+}

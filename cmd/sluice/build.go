@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -253,6 +254,26 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		}
 	}
 	return admission.NewGate(pool, picker, o)
+}
+
+// admissionSummary says how model m's admission binds, for the start log:
+// "off", or the bound on each backend's prompts awaiting prefill beside
+// its budget, so that an operator sees the defaults in force.
+func admissionSummary(m configs.Model) string {
+	if !m.AdmissionOn() {
+		return "off"
+	}
+	var rules []string
+	if m.SetsPromptTokens() {
+		rules = append(rules, "prompts pending under max_pending_prompt_tokens")
+	}
+	if d := m.Admission.MaxPendingPrefill.Std(); d > 0 {
+		rules = append(rules, "prompts pending under "+d.String()+" of prefill (max_pending_prefill)")
+	}
+	if len(rules) == 0 {
+		return "budgets alone"
+	}
+	return "budgets, and " + strings.Join(rules, " and ")
 }
 
 // sharedAdmission shares admission budgets through the limits' Redis.

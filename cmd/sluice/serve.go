@@ -310,7 +310,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		defer stopBatches()
 	}
 	for _, m := range cfg.Models {
-		o.log.Info("serving model", "model", m.Name, "policy", m.Policy, "backends", len(m.Backends))
+		o.log.Info("serving model", "model", m.Name, "policy", m.Policy, "backends", len(m.Backends), "admission", admissionSummary(m))
 	}
 	o.log.Info("sluice listening", "addr", ln.Addr().String())
 	if o.ready != nil {
