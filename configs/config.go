@@ -242,9 +242,10 @@ type Admission struct {
 	// The same bound as max_pending_prompt_tokens in time, so one value
 	// fits backends of different speeds. With limits.redis_url the
 	// replicas hold it together (each lease in Redis carries its prompt
-	// until the first token: one more round trip per stream); without it,
-	// or while Redis fails, each of replicas counts only the prompts it
-	// sent and holds to 1/replicas of it. Under
+	// until the first token: one more store call per stream, sent in the
+	// background, one per backend for the first tokens that came
+	// together); without it, or while Redis fails, each of replicas counts
+	// only the prompts it sent and holds to 1/replicas of it. Under
 	// overload it keeps the backlog in the router's queue, where better
 	// classes and lighter tenants go first, and keeps engine steps short;
 	// at low load it can cost a step. Default 500ms where neither the

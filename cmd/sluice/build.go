@@ -278,15 +278,16 @@ func admissionSummary(m configs.Model) string {
 
 // sharedAdmission shares admission budgets through the limits' Redis.
 type sharedAdmission struct {
-	slots    admission.Slots
-	store    *redisslots.Slots // slots, untimed: for its Watch
-	leaseTTL time.Duration
-	log      *slog.Logger
-	errors   prometheus.Counter
-	up       prometheus.Gauge
-	mu       sync.Mutex // guards what follows, and up's value with down
-	lastLog  time.Time  // of the last warning
-	down     bool       // failing since the last "answering again"
+	slots     admission.Slots
+	prefilled *batchedPrefilled // slots, whose Prefilled calls its Run sends
+	store     *redisslots.Slots // slots, untimed: for its Watch
+	leaseTTL  time.Duration
+	log       *slog.Logger
+	errors    prometheus.Counter
+	up        prometheus.Gauge
+	mu        sync.Mutex // guards what follows, and up's value with down
+	lastLog   time.Time  // of the last warning
+	down      bool       // failing since the last "answering again"
 }
 
 // Run tells the gates of rt's table serving now of the room other replicas

@@ -232,6 +232,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 	var renewing sync.WaitGroup // the admission leases, renewed as long
 	if shared != nil {
 		renewing.Go(func() { shared.Renew(lctx) })
+		renewing.Go(func() { shared.prefilled.Run(lctx) })
 	}
 	defer func() {
 		stopLimiter()

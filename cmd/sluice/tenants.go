@@ -193,7 +193,8 @@ func newSharedAdmission(c *configs.Config, st limitStore, log *slog.Logger, reg 
 	}
 	up.Set(1)
 	s := &sharedAdmission{store: slots, leaseTTL: c.Limits.LeaseTTL.Std(), log: log, errors: errs, up: up}
-	s.slots = newBreakerSlots(timed, slots.Forget, s.recovered)
+	s.prefilled = newBatchedPrefilled(newBreakerSlots(timed, slots.Forget, s.recovered), s.failed)
+	s.slots = s.prefilled
 	return s, nil
 }
 
