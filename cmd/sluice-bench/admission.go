@@ -99,9 +99,7 @@ func (a *admissionFlags) validate(batch bool) error {
 			errs = append(errs, err)
 		}
 	}
-	// The bound is off when turned off, or when a step budget takes its
-	// default away (fleet.Admission.PendingPrefill).
-	pendingOff := a.pendingPrefill < 0 || a.pendingPrefill == 0 && a.prefill > 0
+	pendingOff := (&fleet.Admission{PendingPrefill: a.pendingPrefill, PrefillSteps: a.prefill}).PendingPrefillBound() == 0
 	if a.releaseAtStep && pendingOff && a.prefills == [admission.NumClasses]time.Duration{} {
 		errs = append(errs, errors.New("--release-at-step needs --max-pending-prefill: it changes how long a prompt counts toward that bound, which is off"))
 	}
@@ -266,11 +264,7 @@ func describeAdmission(spec fleet.Spec, reqs []workload.Request, a *fleet.Admiss
 	if steps := a.PrefillSteps; steps > 0 {
 		fmt.Fprintf(&b, "; room needs prompts pending under %g step token budget(s) (the router's max_pending_prompt_tokens at each engine's)", steps)
 	}
-	pending := a.PendingPrefill
-	if pending == 0 && a.PrefillSteps <= 0 {
-		pending = admission.DefaultMaxPendingPrefill
-	}
-	if pending > 0 {
+	if pending := a.PendingPrefillBound(); pending > 0 {
 		fmt.Fprintf(&b, "; room needs prompts pending under %s of prefill at the measured rate (the router's max_pending_prefill)", pending)
 	}
 	if a.MaxDetour > 0 {

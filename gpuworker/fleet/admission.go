@@ -167,9 +167,9 @@ const DefaultKVMax = 0.95
 // decodes lengthen every step (TestBatchPrefillConfinesTheBatch).
 const DefaultBatchPrefill = admission.DefaultBatchPrefill
 
-// pendingPrefill is PendingPrefill with its default: the router's where
-// no step budget bounds the workers; 0 is off.
-func (a *Admission) pendingPrefill() time.Duration {
+// PendingPrefillBound is PendingPrefill with its default: the router's
+// where no step budget bounds the workers; 0 is off.
+func (a *Admission) PendingPrefillBound() time.Duration {
 	switch {
 	case a.PendingPrefill < 0:
 		return 0
@@ -389,7 +389,7 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 	}
 	tracks := false
 	for c := range g.pendingPrefill {
-		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.pendingPrefill()).Seconds()
+		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.PendingPrefillBound()).Seconds()
 		tracks = tracks || g.pendingPrefill[c] > 0
 	}
 	if a.BelowSharePrefill > 0 {
