@@ -269,6 +269,19 @@ type Admission struct {
 	// heavy tenant's backlog. A class without a bound stays without. One
 	// replica only: not with limits.redis_url. Default 0: off.
 	MaxPendingPrefillBelowShare Duration `yaml:"max_pending_prefill_below_share"`
+	// MaxDetourBelowShare: a request whose tenant holds less than its
+	// weighted share of the model's requests in flight from this replica,
+	// while another tenant holds some, is bound only to a backend where
+	// its expected time to first token (the prompt tokens ahead of it
+	// there, then its own, at the backend's measured prefill rate) is
+	// within this of the shortest over the backends under their budgets;
+	// while no backend with room is, it waits (before the requests of its
+	// class behind it, which go meanwhile). A light tenant's long prompt
+	// then waits a moment for a fast GPU rather than take a slow one at
+	// once beside a heavy tenant's backlog. It applies once every
+	// backend's prefill rate is measured, not to Batch API lines nor to
+	// retries. Default 250ms; a negative duration turns it off.
+	MaxDetourBelowShare Duration `yaml:"max_detour_below_share"`
 	// PendingUntilStep, with max_pending_prefill, counts a prompt toward
 	// it only until the backend's next engine step begins, as the bytes of
 	// the streams Sluice relays from it show, rather than until its own

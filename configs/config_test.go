@@ -64,6 +64,18 @@ func TestMaxPendingPrefillDefault(t *testing.T) {
 	}
 }
 
+func TestMaxDetourBelowShareDefault(t *testing.T) {
+	for model, want := range map[string]time.Duration{
+		"backends:\n      - url: http://a:1\n":                                               DefaultMaxDetourBelowShare,
+		"admission: {max_detour_below_share: 1s}\n    backends:\n      - url: http://a:1\n":  time.Second,
+		"admission: {max_detour_below_share: -1s}\n    backends:\n      - url: http://a:1\n": -time.Second,
+	} {
+		c, err := Parse([]byte("models:\n  - name: m\n    " + model))
+		require.NoError(t, err)
+		assert.Equal(t, want, c.Models[0].Admission.MaxDetourBelowShare.Std(), model)
+	}
+}
+
 func TestScrapeTimeoutFollowsTheInterval(t *testing.T) {
 	c, err := Parse([]byte("scrape:\n  interval: 1s\n  enabled: false\n" + minimal))
 	require.NoError(t, err)

@@ -23,6 +23,9 @@ const (
 	// where no max_pending_prompt_tokens is set, as
 	// admission.DefaultMaxPendingPrefill.
 	DefaultMaxPendingPrefill = 500 * time.Millisecond
+	// DefaultMaxDetourBelowShare is admission.max_detour_below_share's
+	// default, as admission.DefaultBelowShareDetour.
+	DefaultMaxDetourBelowShare = 250 * time.Millisecond
 	// DefaultBatchPrefill is admission.batch_prefill's default, as
 	// admission.DefaultBatchPrefill.
 	DefaultBatchPrefill = 50 * time.Millisecond
@@ -72,6 +75,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if a.MaxPendingPrefill == 0 && !c.Models[i].SetsPromptTokens() {
 			a.MaxPendingPrefill = Duration(DefaultMaxPendingPrefill)
+		}
+		if a.MaxDetourBelowShare == 0 {
+			a.MaxDetourBelowShare = Duration(DefaultMaxDetourBelowShare)
 		}
 		if a.BatchPrefill == 0 {
 			a.BatchPrefill = Duration(DefaultBatchPrefill)

@@ -102,8 +102,9 @@ func TestAdmissionSpare(t *testing.T) {
 }
 
 // simulate --admission says which room rules it binds by: by default the
-// router's (500ms of pending prefill), a step budget in its place with
-// --prefill-steps, and the detour rule the router lacks only when asked.
+// router's (500ms of pending prefill, a detour of 250ms for a tenant below
+// its share), a step budget in its place with --prefill-steps, and the
+// detour rule for every request, which the router lacks, only when asked.
 func TestSimulateSaysItsRoomRules(t *testing.T) {
 	args := []string{"simulate", "--fleet", "1xh100-llama3-8b", "--synthetic", "--requests", "50", "--policy", "default",
 		"--admission", "--table", "compact"}
@@ -113,13 +114,16 @@ func TestSimulateSaysItsRoomRules(t *testing.T) {
 	assert.Contains(t, stderr, "max wait priority 5s, default 30s, flex 10m0s; queue max 10000")
 	assert.Contains(t, stderr, "room needs prompts pending under 500ms of prefill")
 	assert.NotContains(t, stderr, "step token budget")
-	assert.NotContains(t, stderr, "detour")
+	assert.Contains(t, stderr, "a tenant below its share binds within 250ms of its quickest start")
+	assert.NotContains(t, stderr, "a detour of at most")
 	code, _, stderr = runCLI(t, append(args, "--prefill-steps", "1", "--max-detour", "1s")...)
 	require.Equal(t, exitOK, code, stderr)
 	assert.Contains(t, stderr, "room needs prompts pending under 1 step token budget(s)")
 	assert.NotContains(t, stderr, "of prefill at the measured rate", "a step budget takes the default away, as in the router")
 	assert.Contains(t, stderr, "a detour of at most 1s (a what-if")
-	code, _, stderr = runCLI(t, append(args, "--max-pending-prefill=-1s")...)
+	assert.NotContains(t, stderr, "below its share", "--max-detour takes the tenants' detour's place")
+	code, _, stderr = runCLI(t, append(args, "--max-pending-prefill=-1s", "--max-detour-below-share=-1s")...)
 	require.Equal(t, exitOK, code, stderr)
 	assert.NotContains(t, stderr, "room needs")
+	assert.NotContains(t, stderr, "below its share")
 }

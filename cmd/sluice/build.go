@@ -232,6 +232,7 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		BatchReserve:      m.Admission.BatchReserve,
 		MaxPendingPrefill: max(m.Admission.MaxPendingPrefill.Std(), 0), // negative: off
 		BelowSharePrefill: m.Admission.MaxPendingPrefillBelowShare.Std(),
+		BelowShareDetour:  max(m.Admission.MaxDetourBelowShare.Std(), 0), // negative: off
 		PendingUntilStep:  m.Admission.PendingUntilStep,
 	}
 	if o.KVMax >= 1 {
@@ -258,7 +259,8 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 
 // admissionSummary says how model m's admission binds, for the start log:
 // "off", or the bound on each backend's prompts awaiting prefill beside
-// its budget, so that an operator sees the defaults in force.
+// its budget and the detour a tenant below its share waits for, so that
+// an operator sees the defaults in force.
 func admissionSummary(m configs.Model) string {
 	if !m.AdmissionOn() {
 		return "off"
@@ -270,10 +272,14 @@ func admissionSummary(m configs.Model) string {
 	if d := m.Admission.MaxPendingPrefill.Std(); d > 0 {
 		rules = append(rules, "prompts pending under "+d.String()+" of prefill (max_pending_prefill)")
 	}
-	if len(rules) == 0 {
-		return "budgets alone"
+	s := "budgets alone"
+	if len(rules) > 0 {
+		s = "budgets, and " + strings.Join(rules, " and ")
 	}
-	return "budgets, and " + strings.Join(rules, " and ")
+	if d := m.Admission.MaxDetourBelowShare.Std(); d > 0 {
+		s += "; a tenant below its share waits for a backend within " + d.String() + " of its quickest start (max_detour_below_share)"
+	}
+	return s
 }
 
 // sharedAdmission shares admission budgets through the limits' Redis.

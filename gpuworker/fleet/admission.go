@@ -111,6 +111,15 @@ type Admission struct {
 	// want, as in the reference scheduler. The router has no such rule: a
 	// what-if. Zero or negative: off.
 	MaxDetour time.Duration
+	// BelowShareDetour is the router's admission.max_detour_below_share:
+	// MaxDetour for the requests of a tenant holding less than its
+	// weighted share of the requests in flight (another tenant holding
+	// some), so that a light tenant's long prompt waits for a quick worker
+	// rather than take a slow one beside a heavy tenant's backlog. Zero
+	// means the router's default (admission.DefaultBelowShareDetour);
+	// negative turns it off. MaxDetour, where set, applies to every
+	// request instead.
+	BelowShareDetour time.Duration
 	// KVMax is the KV-cache use (0..1), as the router last scraped it, at
 	// which a worker with requests in flight takes no more: its engine
 	// could not admit a new prompt until running requests free blocks, so
@@ -179,6 +188,18 @@ func (a *Admission) PendingPrefillBound() time.Duration {
 		return 0
 	}
 	return admission.DefaultMaxPendingPrefill
+}
+
+// BelowShareDetourBound is BelowShareDetour with its default, the
+// router's; 0 is off.
+func (a *Admission) BelowShareDetourBound() time.Duration {
+	switch {
+	case a.BelowShareDetour < 0:
+		return 0
+	case a.BelowShareDetour > 0:
+		return a.BelowShareDetour
+	}
+	return admission.DefaultBelowShareDetour
 }
 
 // maxAside bounds the requests set aside for another worker; when it is
@@ -307,7 +328,10 @@ type gate struct {
 	rate   []float64
 	detour float64
 	aside  []int
-	kvMax  float64 // < 0: off
+	// belowDetour is BelowShareDetour in seconds (< 0 off): the detour
+	// bound of a request whose tenant is below its share (belowShare).
+	belowDetour float64
+	kvMax       float64 // < 0: off
 	// batchMax is each worker's bound on pending prompt tokens for a
 	// batch line to bind (BatchPrefill at its prefill rate), idleMax the
 	// bound while it has only batch lines (BatchIdleFactor times that);
@@ -375,9 +399,12 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 			g.pendingMax[w] = int64(math.Ceil(steps * float64(p.MaxBatchedTokens)))
 		}
 	}
-	g.detour = -1
+	g.detour, g.belowDetour = -1, -1
 	if a.MaxDetour > 0 {
 		g.detour = a.MaxDetour.Seconds()
+	}
+	if d := a.BelowShareDetourBound(); d > 0 {
+		g.belowDetour = d.Seconds()
 	}
 	g.kvMax = cmp.Or(a.KVMax, DefaultKVMax)
 	g.rate = make([]float64, n)
@@ -392,7 +419,7 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.PendingPrefillBound()).Seconds()
 		tracks = tracks || g.pendingPrefill[c] > 0
 	}
-	if a.BelowSharePrefill > 0 {
+	if a.BelowSharePrefill > 0 || g.belowDetour >= 0 {
 		g.tenantIn = map[string]int{}
 	}
 	if a.ReleaseAtStep && tracks {
@@ -529,12 +556,12 @@ func (g *gate) bind(id int, now int64) (int, error) {
 			room = append(room, ep)
 		}
 	}
-	if g.detour >= 0 {
+	if detour := g.detourOf(id); detour >= 0 {
 		// Only the workers that suit the request, when any has room.
 		best := g.best(id)
 		k := 0
 		for _, ep := range room {
-			if g.est(id, s.index[ep]) <= best+g.detour {
+			if g.est(id, s.index[ep]) <= best+detour {
 				room[k] = ep
 				k++
 			}
@@ -669,12 +696,36 @@ func (g *gate) fitsAny(id int) bool {
 // estimated time to first token there is within the detour bound of its
 // best estimate (always, without the bound).
 func (g *gate) suited(id int) bool {
-	if g.detour < 0 {
+	detour := g.detourOf(id)
+	if detour < 0 {
 		return g.fitsAny(id)
 	}
 	best := g.best(id)
 	for w := range g.inFlight {
-		if g.fits(id, w) && g.est(id, w) <= best+g.detour {
+		if g.fits(id, w) && g.est(id, w) <= best+detour {
+			return true
+		}
+	}
+	return false
+}
+
+// detourOf is request id's detour bound in seconds, < 0 for none:
+// MaxDetour's, else BelowShareDetour's while its tenant is below its
+// share.
+func (g *gate) detourOf(id int) float64 {
+	if g.detour >= 0 || g.belowDetour < 0 || !g.belowShare(id) || g.tenantAside(id) {
+		return g.detour
+	}
+	return g.belowDetour
+}
+
+// tenantAside reports whether another request of request id's tenant is
+// set aside: a tenant's requests wait aside one at a time, since each
+// would bind ahead of the queue (BelowShareDetour).
+func (g *gate) tenantAside(id int) bool {
+	t := g.s.out[id].Tenant
+	for _, j := range g.aside {
+		if j != id && g.s.out[j].Tenant == t {
 			return true
 		}
 	}
@@ -939,7 +990,7 @@ func (g *gate) stepped(w int) {
 
 // belowShare reports whether request id's tenant holds less than its
 // weighted share of the requests in flight, another tenant holding some
-// (Admission.BelowSharePrefill; false when off).
+// (Admission.BelowSharePrefill, BelowShareDetour; false when both are off).
 func (g *gate) belowShare(id int) bool {
 	if g.tenantIn == nil {
 		return false

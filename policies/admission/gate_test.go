@@ -770,3 +770,123 @@ func TestBatchLinesLeaveTheReserveToOthers(t *testing.T) {
 		tk.Release()
 	}
 }
+
+// firstPicker picks the first endpoint with room, so that a test decides
+// where each request goes by the order of the pool.
+type firstPicker struct{}
+
+func (firstPicker) Pick(_ context.Context, _ *policies.Request, eps []*backends.Endpoint) (*backends.Endpoint, error) {
+	return eps[0], nil
+}
+
+// twoSpeedGate is a gate over a fast endpoint (10,000 prefill tokens/s)
+// and a slow one (1,000), in that order for firstPicker, with budgets of
+// 4, a prefill bound of 100 ms, BelowShareDetour 250 ms, the class waits
+// maxWait (zero: the defaults) and no looks for room.
+func twoSpeedGate(t *testing.T, maxWait [admission.NumClasses]time.Duration) (g *admission.Gate, fast, slow *backends.Endpoint) {
+	t.Helper()
+	var eps []*backends.Endpoint
+	for i, rate := range []int{10_000, 1_000} {
+		e, err := backends.NewEndpoint(fmt.Sprintf("http://10.0.0.%d:8000", i+1), 1)
+		require.NoError(t, err)
+		e.ObservePrefill(0, rate, time.Second)
+		eps = append(eps, e)
+	}
+	pool, err := backends.NewPool("m", eps)
+	require.NoError(t, err)
+	g, err = admission.NewGate(pool, firstPicker{}, admission.Options{
+		Budget:            func(*backends.Endpoint) int { return 4 },
+		Patience:          time.Hour,
+		KVMax:             -1,
+		MaxWait:           maxWait,
+		MaxPendingPrefill: 100 * time.Millisecond,
+		BelowShareDetour:  250 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	return g, eps[0], eps[1]
+}
+
+// With BelowShareDetour a request of a tenant holding less than its share
+// waits set aside for an endpoint where it would start within the detour
+// of its quickest start, rather than take a slow one with room at once;
+// the requests behind it go meanwhile, and it binds as soon as the quick
+// endpoint has room. Here a fast endpoint (10,000 prefill tokens/s) holds
+// a heavy tenant's 1,500-token prompt, over its 100 ms bound: a light
+// tenant's 2,000-token prompt would start there in 0.35 s and on the idle
+// slow one (1,000 tokens/s) in 2 s.
+func TestGateLetsATenantBelowItsShareWaitForAQuickEndpoint(t *testing.T) {
+	g, fast, slow := twoSpeedGate(t, [admission.NumClasses]time.Duration{})
+	prompt := func(c admission.Class, tenant string, tokens int) admission.Request {
+		r := req(c, tenant)
+		r.Routing = &policies.Request{Model: "m", PromptTokens: tokens}
+		return r
+	}
+	ctx := context.Background()
+	h1, err := g.Admit(ctx, prompt(admission.Default, "heavy", 1500))
+	require.NoError(t, err)
+	require.Same(t, fast, h1.Endpoint())
+	h1.Started()
+	att := fast.Start(1500, 10)
+
+	light := queued(t, g, ctx, prompt(admission.Default, "light", 2000))
+	assert.Equal(t, 1, g.Stats()[admission.Default].Waiting, "set aside, it counts as waiting")
+	h2, err := g.Admit(ctx, prompt(admission.Default, "heavy", 10))
+	require.NoError(t, err, "heavy holds its share: it takes the slow endpoint's room at once, past the light request")
+	assert.Same(t, slow, h2.Endpoint())
+	select {
+	case got := <-light:
+		t.Fatalf("the light request bound before the fast endpoint had room: %v", got.err)
+	default:
+	}
+	second, err := g.Admit(ctx, prompt(admission.Default, "light", 2000))
+	require.NoError(t, err, "one request of a tenant waits aside at a time: the next binds where there is room")
+	assert.Same(t, slow, second.Endpoint())
+
+	att.FirstToken(150 * time.Millisecond)
+	h1.Prefilled() // the fast endpoint's backlog is gone: the light request binds there
+	got := <-light
+	require.NoError(t, got.err)
+	assert.Same(t, fast, got.t.Endpoint())
+	assert.Zero(t, g.Waiting())
+	att.Finish(backends.Outcome{})
+	for _, tk := range []*admission.Ticket{h1, h2, second, got.t} {
+		tk.Release()
+	}
+
+	// Alone, or with the rule off, no tenant is below its share: the
+	// light tenant's request takes the slow endpoint's room at once.
+	h3, err := g.Admit(ctx, prompt(admission.Default, "heavy", 1500))
+	require.NoError(t, err)
+	h3.Started()
+	att = fast.Start(1500, 10)
+	alone, err := g.Admit(ctx, prompt(admission.Default, "heavy", 2000))
+	require.NoError(t, err)
+	assert.Same(t, slow, alone.Endpoint(), "the tenant holds all the requests in flight")
+	att.Finish(backends.Outcome{})
+	h3.Release()
+	alone.Release()
+}
+
+// A request set aside for a quick endpoint that its client leaves is out
+// at once, and one whose wait runs out is shed as any other.
+func TestGateRequestWaitingForAQuickEndpointLeavesAndIsShed(t *testing.T) {
+	g, _, _ := twoSpeedGate(t, [admission.NumClasses]time.Duration{time.Second, 50 * time.Millisecond, time.Second})
+	r := req(admission.Default, "heavy")
+	r.Routing = &policies.Request{Model: "m", PromptTokens: 1500}
+	h, err := g.Admit(context.Background(), r)
+	require.NoError(t, err)
+	r.Tenant = "light"
+	r.Routing = &policies.Request{Model: "m", PromptTokens: 2000}
+	gone, cancel := context.WithCancel(context.Background())
+	left := queued(t, g, gone, r)
+	cancel()
+	require.ErrorIs(t, (<-left).err, context.Canceled)
+	assert.Zero(t, g.Waiting(), "a client that leaves is out at once")
+
+	shed := queued(t, g, context.Background(), r)
+	got := <-shed
+	var se *admission.ShedError
+	require.ErrorAs(t, got.err, &se, "its class's wait ran out: shed")
+	assert.Zero(t, g.Waiting())
+	h.Release()
+}
