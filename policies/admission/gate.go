@@ -1076,6 +1076,9 @@ func (g *Gate) dispatchLocked() {
 			behind[w.item.lane] = true
 			continue
 		}
+		if errors.Is(err, errDetour) && w.r.Class < NumClasses {
+			g.counts[w.r.Class].detoured.Add(1)
+		}
 		if errors.Is(err, errDetour) || errors.Is(err, ErrNoRoom) && w.r.Batch && len(g.aside) < MaxBatchAside && g.batchRoomLocked() {
 			// Endpoints have room, not for this request (no endpoint
 			// with room suits it, or some takes batch requests, not this

@@ -830,6 +830,7 @@ func TestGateLetsATenantBelowItsShareWaitForAQuickEndpoint(t *testing.T) {
 
 	light := queued(t, g, ctx, prompt(admission.Default, "light", 2000))
 	assert.Equal(t, 1, g.Stats()[admission.Default].Waiting, "set aside, it counts as waiting")
+	assert.Equal(t, uint64(1), g.Stats()[admission.Default].Detoured)
 	h2, err := g.Admit(ctx, prompt(admission.Default, "heavy", 10))
 	require.NoError(t, err, "heavy holds its share: it takes the slow endpoint's room at once, past the light request")
 	assert.Same(t, slow, h2.Endpoint())

@@ -20,12 +20,15 @@ type ClassStats struct {
 	// was held back because one that goes first waits on another replica
 	// (the shared store's Behind).
 	Behind uint64
+	// Detoured counts the requests of the class set aside to wait for a
+	// quick endpoint (Options.BelowShareDetour).
+	Detoured uint64
 }
 
 // classCounters are a gate's counts for one class.
 type classCounters struct {
-	admitted, shed, behind atomic.Uint64
-	waited                 atomic.Int64 // ns
+	admitted, shed, behind, detoured atomic.Uint64
+	waited                           atomic.Int64 // ns
 }
 
 // CountWith makes g count into old's counters, from where they are: a
@@ -62,7 +65,7 @@ func (g *Gate) Stats() [NumClasses]ClassStats {
 	for c := range out {
 		k := &g.counts[c]
 		out[c].Admitted, out[c].Shed, out[c].Waited = k.admitted.Load(), k.shed.Load(), time.Duration(k.waited.Load())
-		out[c].Behind = k.behind.Load()
+		out[c].Behind, out[c].Detoured = k.behind.Load(), k.detoured.Load()
 	}
 	return out
 }

@@ -78,6 +78,9 @@ type QueueClass struct {
 	// HeldBehindTotal counts the looks for room at which a request of the
 	// class was held back for one that goes first on another replica.
 	HeldBehindTotal uint64 `json:"held_behind_total"`
+	// DetouredTotal counts the requests of the class set aside to wait
+	// for a quick backend (admission.max_detour_below_share).
+	DetouredTotal uint64 `json:"detoured_total"`
 }
 
 // Status is the status page's data: the live state, recent rates, and
