@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -242,12 +241,10 @@ type Gate struct {
 	prefix  string
 	counts  *[NumClasses]classCounters // shared with the gate it replaced (CountWith)
 	binds   bindRate                   // how fast requests leave the queue bound, for Retry-After
-	// tenantIn counts each tenant's requests in flight through this gate
-	// and tenantW holds their weights (BelowSharePrefill,
-	// BelowShareDetour); nil when both are off.
-	tenantIn map[string]int
-	tenantW  map[string]float64
-	prev     atomic.Pointer[Gate] // that gate while requests wait there, for Stats
+	// tenants counts each tenant's requests in flight through this gate
+	// (BelowSharePrefill, BelowShareDetour); nil when both are off.
+	tenants *tenantShares
+	prev    atomic.Pointer[Gate] // that gate while requests wait there, for Stats
 	// lastPoll is when a waiter's poll last dispatched (UnixNano): one
 	// poll per Patience dispatches, however many wait (pollDue).
 	lastPoll atomic.Int64
@@ -291,7 +288,7 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint][NumClasses]time.Time{},
 		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now, counts: new([NumClasses]classCounters)}
 	if o.BelowSharePrefill > 0 && o.Shared == nil || o.BelowShareDetour > 0 { // the first one replica's: see configs.Admission
-		g.tenantIn, g.tenantW = map[string]int{}, map[string]float64{}
+		g.tenants = newTenantShares()
 	}
 	return g, nil
 }
@@ -670,9 +667,8 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		}
 	}
 	g.granted[ep]++
-	if g.tenantIn != nil {
-		g.tenantIn[r.Tenant]++
-		g.tenantW[r.Tenant] = r.Weight
+	if g.tenants != nil {
+		g.tenants.add(r.Tenant, r.Weight)
 	}
 	if !batch {
 		g.others[ep]++
@@ -812,20 +808,7 @@ func (g *Gate) tenantAsideLocked(r *Request) bool {
 // share of the requests in flight through this gate while another tenant
 // holds some (false while no option counts them). Call it with g.mu held.
 func (g *Gate) belowShareLocked(r *Request) bool {
-	if g.tenantIn == nil {
-		return false
-	}
-	weight := func(w float64) float64 { return cmp.Or(max(w, 0), 1) }
-	total, weights, others := 0, weight(r.Weight), false
-	for t, n := range g.tenantIn {
-		if t != r.Tenant {
-			total += n
-			weights += weight(g.tenantW[t])
-			others = true
-		}
-	}
-	mine := g.tenantIn[r.Tenant]
-	return others && float64(mine)/weight(r.Weight) < float64(total+mine)/weights
+	return g.tenants != nil && g.tenants.below(r.Tenant, r.Weight)
 }
 
 // perClassPrefill reports whether the classes' prefill bounds differ, so
@@ -1174,11 +1157,8 @@ func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool, tenant s
 	}
 	g.mu.Lock()
 	delete(g.full, ep) // a slot freed there
-	if g.tenantIn != nil {
-		if g.tenantIn[tenant]--; g.tenantIn[tenant] <= 0 {
-			delete(g.tenantIn, tenant)
-			delete(g.tenantW, tenant)
-		}
+	if g.tenants != nil {
+		g.tenants.remove(tenant)
 	}
 	if g.granted[ep]--; g.granted[ep] <= 0 {
 		delete(g.granted, ep)

@@ -1,0 +1,72 @@
+package admission
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestTenantShares(t *testing.T) {
+	s := newTenantShares()
+	assert.False(t, s.below("light", 1), "nobody in flight")
+	s.add("heavy", 1)
+	assert.False(t, s.below("heavy", 1), "alone: never below its share")
+	assert.True(t, s.below("light", 1), "none of one in flight")
+	s.add("light", 1)
+	assert.False(t, s.below("light", 1), "1 of 2 at equal weights: its share")
+	s.add("heavy", 1)
+	s.add("heavy", 1)
+	assert.True(t, s.below("light", 1), "1 of 4")
+	assert.False(t, s.below("light", 0.25), "at a quarter of the other's weight its share is 0.8 of 4: 1 is over it")
+	assert.True(t, s.below("light", 3), "at weight 3 its share is 3 of 4")
+	s.add("light", 3) // its weight now 3: 2 of 5 against a share of 3.75
+	assert.True(t, s.below("light", 3))
+	assert.False(t, s.below("heavy", 1), "3 of 5 against a share of 1.25")
+	s.remove("light")
+	s.remove("light")
+	s.remove("nobody")
+	assert.False(t, s.below("heavy", 1), "alone again")
+	assert.Equal(t, 3, s.total)
+	assert.InDelta(t, 1, s.weights, 1e-9)
+	for range 3 {
+		s.remove("heavy")
+	}
+	assert.Zero(t, s.total)
+	assert.Zero(t, s.weights)
+	assert.Empty(t, s.n)
+}
+
+// The running sums answer as a count over every tenant would.
+func TestTenantSharesAgreeWithACount(t *testing.T) {
+	s := newTenantShares()
+	n, w := map[string]int{}, map[string]float64{}
+	count := func(tenant string, weight float64) bool {
+		total, weights, others := 0, shareWeight(weight), false
+		for x, k := range n {
+			total += k
+			if x != tenant {
+				weights += w[x]
+				others = true
+			}
+		}
+		return others && float64(n[tenant])/shareWeight(weight) < float64(total)/weights
+	}
+	for i := range 2000 {
+		tenant := fmt.Sprintf("t%d", (i*7)%13)
+		weight := float64(1 + (i*3)%5)
+		if i%3 == 2 && n[tenant] > 0 {
+			s.remove(tenant)
+			if n[tenant]--; n[tenant] == 0 {
+				delete(n, tenant)
+				delete(w, tenant)
+			}
+		} else {
+			s.add(tenant, weight)
+			n[tenant]++
+			w[tenant] = weight
+		}
+		probe := fmt.Sprintf("t%d", i%14)
+		assert.Equal(t, count(probe, 2), s.below(probe, 2), "step %d, tenant %s", i, probe)
+	}
+}
