@@ -287,7 +287,7 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 	g := &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
 		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint][NumClasses]time.Time{},
 		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now, counts: new([NumClasses]classCounters)}
-	if o.BelowSharePrefill > 0 && o.Shared == nil || o.BelowShareDetour > 0 { // the first one replica's: see configs.Admission
+	if o.BelowSharePrefill > 0 && o.Shared == nil || o.BelowShareDetour > 0 { // BelowSharePrefill is one replica's: see configs.Admission
 		g.tenants = newTenantShares()
 	}
 	return g, nil
@@ -598,9 +598,10 @@ func (b *bindRate) perSecond(now int64) float64 {
 
 // bindLocked picks an endpoint with room (not in exclude) for r, which
 // arrived at since, takes its slot (in the shared store too, when there is
-// one) and returns it with the lease; ErrNoRoom when none has room, or when
-// the shared store holds r back behind requests that waited longer on
-// other replicas.
+// one) and returns it with the lease; ErrNoRoom when none has room,
+// errBehind when the shared store holds r back behind requests that
+// waited longer on other replicas, and, with detour, errDetour when some
+// have room but none suits r (BelowShareDetour).
 func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, exclude []*backends.Endpoint, detour bool) (*backends.Endpoint, string, error) {
 	routing, batch := r.Routing, r.Batch
 	now := g.now()
