@@ -282,6 +282,16 @@ type Admission struct {
 	// backend's prefill rate is measured, not to Batch API lines nor to
 	// retries. Default 250ms; a negative duration turns it off.
 	MaxDetourBelowShare Duration `yaml:"max_detour_below_share"`
+	// MaxPendingPrefillAboveShare: a request whose tenant holds at least
+	// its weighted share of the model's requests in flight from this
+	// replica, while another tenant holds some, takes this bound where it
+	// is smaller than its class's, so that a heavy tenant keeps the
+	// engines' prefill backlog short while a lighter one is served, and
+	// the lighter one's requests wait behind less there. It costs the
+	// heavy tenant throughput and wait, and, with several tenants at
+	// once, the p50 and p99 of all; see the README before turning it on.
+	// A class without a bound stays without. Default 0: off.
+	MaxPendingPrefillAboveShare Duration `yaml:"max_pending_prefill_above_share"`
 	// PendingUntilStep, with max_pending_prefill, counts a prompt toward
 	// it only until the backend's next engine step begins, as the bytes of
 	// the streams Sluice relays from it show, rather than until its own

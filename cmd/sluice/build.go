@@ -233,6 +233,7 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		MaxPendingPrefill: max(m.Admission.MaxPendingPrefill.Std(), 0), // negative: off
 		BelowSharePrefill: m.Admission.MaxPendingPrefillBelowShare.Std(),
 		BelowShareDetour:  max(m.Admission.MaxDetourBelowShare.Std(), 0), // negative: off
+		AboveSharePrefill: m.Admission.MaxPendingPrefillAboveShare.Std(),
 		PendingUntilStep:  m.Admission.PendingUntilStep,
 	}
 	if o.KVMax >= 1 {

@@ -100,6 +100,14 @@ type Admission struct {
 	// class's bound, so a light tenant's request binds past a heavy
 	// tenant's backlog (a class without a bound stays without). Zero: off.
 	BelowSharePrefill time.Duration
+	// AboveSharePrefill is the router's
+	// admission.max_pending_prefill_above_share: a request whose tenant
+	// holds at least its weighted share of the requests in flight, with
+	// another tenant holding some, takes the smaller of this and its
+	// class's bound, so that a heavy tenant keeps the engines' backlog
+	// short while a lighter one is served (a class without a bound stays
+	// without). Zero: off.
+	AboveSharePrefill time.Duration
 	// MaxDetour keeps a prompt off a worker where it would wait much
 	// longer for its first token than on another: a worker takes the next
 	// request only if the request's estimated time to first token there
@@ -288,10 +296,12 @@ func saturatedBatch(p gpuworker.Profile, m shape) int {
 // gate is the admit stage of one run.
 type gate struct {
 	// tenantIn counts each tenant's requests in flight, for
-	// Admission.BelowSharePrefill (nil: off); loose marks the request
-	// whose room is being asked as below its share.
+	// Admission.BelowSharePrefill, AboveSharePrefill and BelowShareDetour
+	// (nil: off); loose marks the request whose room is being asked as
+	// below its share, tight as at or above it beside another tenant.
 	tenantIn map[string]int
 	loose    bool
+	tight    bool
 	s        *sim
 	opts     *Admission
 	q        *admission.Queue
@@ -419,7 +429,7 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.PendingPrefillBound()).Seconds()
 		tracks = tracks || g.pendingPrefill[c] > 0
 	}
-	if a.BelowSharePrefill > 0 || g.belowDetour >= 0 {
+	if a.BelowSharePrefill > 0 || a.AboveSharePrefill > 0 || g.belowDetour >= 0 {
 		g.tenantIn = map[string]int{}
 	}
 	if a.ReleaseAtStep && tracks {
@@ -504,9 +514,9 @@ func (g *gate) dispatch(now int64, self int) error {
 				break
 			}
 			id = it.Value.(int)
-			g.loose = g.belowShare(id)
+			g.markShare(id)
 			room := g.anyRoom(g.s.confined(id), g.s.out[id].Class)
-			g.loose = false
+			g.loose, g.tight = false, false
 			if !room {
 				break
 			}
@@ -661,9 +671,9 @@ func (g *gate) nextAside() int {
 // on w).
 func (g *gate) fits(id, w int) bool {
 	batch := g.s.confined(id)
-	g.loose = g.belowShare(id)
+	g.markShare(id)
 	room := g.hasRoom(w, batch, g.s.out[id].Class)
-	g.loose = false
+	g.loose, g.tight = false, false
 	if !room {
 		return false
 	}
@@ -787,6 +797,9 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 	bound := g.pendingPrefill[c]
 	if g.loose && bound > 0 { // a class without a bound has none to loosen
 		bound = max(bound, g.opts.BelowSharePrefill.Seconds())
+	}
+	if g.tight && bound > 0 {
+		bound = min(bound, g.opts.AboveSharePrefill.Seconds())
 	}
 	if bound > 0 && n > 0 {
 		// One prompt at a time before the first measurement, as the live
@@ -988,9 +1001,32 @@ func (g *gate) stepped(w int) {
 	g.fresh[w] = 0
 }
 
+// markShare sets loose and tight for request id (unset them after).
+func (g *gate) markShare(id int) {
+	g.loose = g.opts.BelowSharePrefill > 0 && g.belowShare(id)
+	g.tight = g.opts.AboveSharePrefill > 0 && !g.loose && g.aboveShare(id)
+}
+
+// aboveShare reports whether request id's tenant holds at least its
+// weighted share of the requests in flight while another tenant holds
+// some.
+func (g *gate) aboveShare(id int) bool {
+	if g.tenantIn == nil || g.belowShare(id) {
+		return false
+	}
+	mine := g.s.out[id].Tenant
+	for t, n := range g.tenantIn {
+		if t != mine && n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // belowShare reports whether request id's tenant holds less than its
 // weighted share of the requests in flight, another tenant holding some
-// (Admission.BelowSharePrefill, BelowShareDetour; false when both are off).
+// (Admission.BelowSharePrefill, AboveSharePrefill, BelowShareDetour;
+// false when all are off).
 func (g *gate) belowShare(id int) bool {
 	if g.tenantIn == nil {
 		return false

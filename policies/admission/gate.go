@@ -102,6 +102,15 @@ type Options struct {
 	// backlog. Until every available endpoint's prefill rate is measured
 	// the rule does not apply. 0: off.
 	BelowShareDetour time.Duration
+	// AboveSharePrefill: a request whose tenant holds at least its
+	// weighted share of the requests in flight through this gate, while
+	// another tenant holds some, takes the smaller of this and its class's
+	// prefill bound (a class without a bound stays without), so that a
+	// heavy tenant keeps the engines' prefill backlog short while a
+	// lighter tenant is served, and the lighter one's requests, which the
+	// queue's fair order binds first, wait behind less in the engines. It
+	// costs the heavy tenant throughput and wait. 0: off.
+	AboveSharePrefill time.Duration
 	// PendingUntilStep counts a prompt toward MaxPendingPrefill only until
 	// its endpoint's next step mark (backends.Endpoint.FreshPromptTokens;
 	// the router marks steps from the streams it relays from the endpoint,
@@ -287,7 +296,7 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 	g := &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
 		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint][NumClasses]time.Time{},
 		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now, counts: new([NumClasses]classCounters)}
-	if o.BelowSharePrefill > 0 && o.Shared == nil || o.BelowShareDetour > 0 { // BelowSharePrefill is one replica's: see configs.Admission
+	if o.BelowSharePrefill > 0 && o.Shared == nil || o.BelowShareDetour > 0 || o.AboveSharePrefill > 0 { // BelowSharePrefill is one replica's: see configs.Admission
 		g.tenants = newTenantShares()
 	}
 	return g, nil
@@ -612,7 +621,7 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 	}
 	room := g.scratch[:0]
 	bound := g.requestBound(r)
-	loose := bound != g.prefillBound(r.Class) // the full marks are its class's
+	loose := bound != g.prefillBound(r.Class) // the full marks are its class's: neither read nor set for another bound
 	for _, e := range avail {
 		if !loose && g.isFull(e, r.Class, now) {
 			continue
@@ -751,13 +760,24 @@ func (g *Gate) prefillBound(c Class) time.Duration {
 // requestBound is r's prefill bound: its class's, or, where larger, with
 // BelowSharePrefill (one replica's), that for a request whose tenant holds
 // less than its weighted share of the requests in flight here while
-// another tenant holds some. Call it with g.mu held.
+// another tenant holds some, or, where smaller, with AboveSharePrefill,
+// that for a request whose tenant holds at least its share while another
+// holds some. Call it with g.mu held.
 func (g *Gate) requestBound(r *Request) time.Duration {
 	d := g.prefillBound(r.Class)
-	if g.o.Shared != nil || d <= 0 || g.o.BelowSharePrefill <= d || !g.belowShareLocked(r) {
+	if d <= 0 || g.tenants == nil {
 		return d
 	}
-	return g.o.BelowSharePrefill
+	if g.tenants.below(r.Tenant, r.Weight) {
+		if g.o.Shared == nil && g.o.BelowSharePrefill > d {
+			return g.o.BelowSharePrefill
+		}
+		return d
+	}
+	if g.o.AboveSharePrefill > 0 && g.tenants.others(r.Tenant) {
+		return min(d, g.o.AboveSharePrefill)
+	}
+	return d
 }
 
 // errDetour is bindLocked's answer when endpoints have room for r but

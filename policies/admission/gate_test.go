@@ -415,6 +415,41 @@ func TestGateLetsATenantBelowItsShareBindPastABacklog(t *testing.T) {
 	}
 }
 
+// With AboveSharePrefill a request of a tenant holding at least its share
+// while another tenant holds some takes that tighter bound: the heavy
+// tenant's second request waits behind 30 ms of prefill (its bound 20 ms,
+// the class's 100 ms), the light tenant's binds, and alone the heavy
+// tenant takes the class's bound.
+func TestGateHoldsATenantAboveItsShareToATighterBound(t *testing.T) {
+	g, e := admission.OneEndpointGate(t, admission.Options{
+		Budget:            func(*backends.Endpoint) int { return 10 },
+		Patience:          time.Hour,
+		KVMax:             -1,
+		MaxPendingPrefill: 100 * time.Millisecond,
+		AboveSharePrefill: 20 * time.Millisecond,
+	})
+	e.ObservePrefill(0, 1000, time.Second) // 100 tokens' bound, 20 above the share
+	ctx := context.Background()
+	heavy, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err)
+	heavy.Started()
+	att := e.Start(30, 60) // 30 ms pending
+	alone, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err, "alone: the class's 100 ms")
+	alone.Started()
+	light, err := g.Admit(ctx, req(admission.Default, "light"))
+	require.NoError(t, err, "below its share: the class's 100 ms")
+	second := queued(t, g, ctx, req(admission.Default, "heavy")) // 2 of 3 with light in flight: 20 ms
+	att.FirstToken(30 * time.Millisecond)
+	heavy.Prefilled() // nothing pending: it binds
+	got := <-second
+	require.NoError(t, got.err)
+	att.Finish(backends.Outcome{})
+	for _, tk := range []*admission.Ticket{heavy, alone, light, got.t} {
+		tk.Release()
+	}
+}
+
 // prefillGate is a gate over one endpoint measured at 1,000 prefill
 // tokens/s, with a prefill bound of 100 ms (100 tokens) split between
 // replicas, a budget of 10 and no looks for room (Patience an hour).

@@ -49,6 +49,12 @@ func (s *tenantShares) remove(t string) {
 	}
 }
 
+// others reports whether a tenant other than t has requests in flight.
+func (s *tenantShares) others(t string) bool {
+	_, in := s.n[t]
+	return len(s.n) > 1 || len(s.n) == 1 && !in
+}
+
 // below reports whether tenant t, whose weight is w, holds less than its
 // weighted share of the requests in flight while another tenant holds
 // some.
