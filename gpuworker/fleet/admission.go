@@ -187,27 +187,28 @@ const DefaultBatchPrefill = admission.DefaultBatchPrefill
 // PendingPrefillBound is PendingPrefill with its default: the router's
 // where no step budget bounds the workers; 0 is off.
 func (a *Admission) PendingPrefillBound() time.Duration {
-	switch {
-	case a.PendingPrefill < 0:
-		return 0
-	case a.PendingPrefill > 0:
-		return a.PendingPrefill
-	case a.PrefillSteps > 0:
+	if a.PendingPrefill == 0 && a.PrefillSteps > 0 {
 		return 0
 	}
-	return admission.DefaultMaxPendingPrefill
+	return orDefault(a.PendingPrefill, admission.DefaultMaxPendingPrefill)
 }
 
 // BelowShareDetourBound is BelowShareDetour with its default, the
 // router's; 0 is off.
 func (a *Admission) BelowShareDetourBound() time.Duration {
+	return orDefault(a.BelowShareDetour, admission.DefaultBelowShareDetour)
+}
+
+// orDefault is a duration setting as it binds: def when unset (0), off
+// (0) when negative, else itself.
+func orDefault(d, def time.Duration) time.Duration {
 	switch {
-	case a.BelowShareDetour < 0:
+	case d < 0:
 		return 0
-	case a.BelowShareDetour > 0:
-		return a.BelowShareDetour
+	case d == 0:
+		return def
 	}
-	return admission.DefaultBelowShareDetour
+	return d
 }
 
 // maxAside bounds the requests set aside for another worker; when it is
