@@ -272,15 +272,35 @@ func TestOneTenantHoldsAShareOfTheBodies(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode
 	}
-	slow, err := net.Dial("tcp", s.srv.Listener.Addr().String())
-	require.NoError(t, err)
+	// A connection that sends 3,500 bytes of a's 3,900-byte body, then
+	// nothing: 3,500 bytes held.
+	var slow net.Conn
+	hold := func() {
+		if slow != nil {
+			_ = slow.Close()
+		}
+		var err error
+		slow, err = net.Dial("tcp", s.srv.Listener.Addr().String())
+		require.NoError(t, err)
+		_, err = fmt.Fprintf(slow, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-a\r\nContent-Length: 3900\r\n\r\n%s",
+			body(3500)[:3500])
+		require.NoError(t, err)
+	}
+	hold()
 	t.Cleanup(func() { _ = slow.Close() })
-	_, err = fmt.Fprintf(slow, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-a\r\nContent-Length: 3900\r\n\r\n%s",
-		body(3500)[:3500]) // then nothing: 3,500 bytes held
-	require.NoError(t, err)
+	answered := func() bool { // the slow body was turned away: a probe of a's held bytes when it arrived
+		require.NoError(t, slow.SetReadDeadline(time.Now().Add(time.Millisecond)))
+		n, _ := slow.Read(make([]byte, 1))
+		return n > 0
+	}
 
-	assert.Eventually(t, func() bool { return post("sk-a", 1000) == http.StatusServiceUnavailable }, 5*time.Second, 10*time.Millisecond,
-		"a's next body passes its share")
+	assert.Eventually(t, func() bool {
+		if answered() {
+			hold()
+		}
+		return post("sk-a", 1000) == http.StatusServiceUnavailable
+	}, 5*time.Second, 10*time.Millisecond, "a's next body passes its share")
+	require.False(t, answered(), "the slow body is still held")
 	assert.Equal(t, http.StatusOK, post("sk-b", 3000), "b is served")
 	http.DefaultClient.CloseIdleConnections()
 }
