@@ -1,6 +1,9 @@
 package backends
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // stepMarks tells which prompts sent to an endpoint its engine has not yet
 // had a step to take up: every stream the endpoint serves gets a token as
@@ -10,9 +13,10 @@ import "sync"
 // engine's hands (in a step, or queued for one that could not take them).
 type stepMarks struct {
 	mu    sync.Mutex
-	steps uint64 // marks so far
-	at    uint64 // steps when fresh was last reset
-	fresh int64  // prompt tokens sent since mark at and still pending
+	steps uint64    // marks so far
+	at    uint64    // steps when fresh was last reset
+	fresh int64     // prompt tokens sent since mark at and still pending
+	last  time.Time // when the last mark was made
 }
 
 // StepReader marks an endpoint's steps from the reads of one stream it
@@ -42,6 +46,7 @@ func (r *StepReader) Read() bool {
 	}
 	handed := m.at == m.steps && m.fresh > 0
 	m.steps++
+	m.last = time.Now()
 	r.seen = m.steps
 	return handed
 }
@@ -54,6 +59,15 @@ func (e *Endpoint) StepMarks() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.steps
+}
+
+// LastStepMark is when a stream last marked one of the endpoint's engine
+// steps (StepReader), or the zero time if none has.
+func (e *Endpoint) LastStepMark() time.Time {
+	m := &e.marks
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
 }
 
 // FreshPromptTokens is the prompt tokens of the requests this replica sent

@@ -284,13 +284,17 @@ type Admission struct {
 	MaxDetourBelowShare Duration `yaml:"max_detour_below_share"`
 	// MaxPendingPrefillAboveShare: a request whose tenant holds at least
 	// its weighted share of the model's requests in flight from this
-	// replica, while another tenant holds some, takes this bound where it
-	// is smaller than its class's, so that a heavy tenant keeps the
-	// engines' prefill backlog short while a lighter one is served, and
-	// the lighter one's requests wait behind less there. It costs the
-	// heavy tenant throughput and wait, and, with several tenants at
-	// once, the p50 and p99 of all; see the README before turning it on.
-	// A class without a bound stays without. Default 0: off.
+	// replica, while another tenant holds some, binds only to a backend
+	// where the prompts this replica sent there and its engine has not yet
+	// taken into a step come to less than this at the backend's measured
+	// prefill rate (with replicas > 1, this replica's part of it), besides
+	// its class's bound. A heavy tenant then hands each engine about one
+	// new prompt a step, so that a lighter tenant's request starts within
+	// a step or two instead of behind the heavy tenant's backlog; the
+	// engines stay as busy and the heavy tenant waits longer in Sluice.
+	// Engine steps are read from the streams Sluice relays. A class
+	// without a bound stays without. Default 5ms; a negative duration
+	// turns it off.
 	MaxPendingPrefillAboveShare Duration `yaml:"max_pending_prefill_above_share"`
 	// PendingUntilStep, with max_pending_prefill, counts a prompt toward
 	// it only until the backend's next engine step begins, as the bytes of

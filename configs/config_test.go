@@ -76,6 +76,18 @@ func TestMaxDetourBelowShareDefault(t *testing.T) {
 	}
 }
 
+func TestMaxPendingPrefillAboveShareDefault(t *testing.T) {
+	for model, want := range map[string]time.Duration{
+		"backends:\n      - url: http://a:1\n":                                                         DefaultMaxPendingPrefillAboveShare,
+		"admission: {max_pending_prefill_above_share: 20ms}\n    backends:\n      - url: http://a:1\n": 20 * time.Millisecond,
+		"admission: {max_pending_prefill_above_share: -1s}\n    backends:\n      - url: http://a:1\n":  -time.Second,
+	} {
+		c, err := Parse([]byte("models:\n  - name: m\n    " + model))
+		require.NoError(t, err)
+		assert.Equal(t, want, c.Models[0].Admission.MaxPendingPrefillAboveShare.Std(), model)
+	}
+}
+
 func TestScrapeTimeoutFollowsTheInterval(t *testing.T) {
 	c, err := Parse([]byte("scrape:\n  interval: 1s\n  enabled: false\n" + minimal))
 	require.NoError(t, err)

@@ -26,6 +26,10 @@ const (
 	// DefaultMaxDetourBelowShare is admission.max_detour_below_share's
 	// default, as admission.DefaultBelowShareDetour.
 	DefaultMaxDetourBelowShare = 250 * time.Millisecond
+	// DefaultMaxPendingPrefillAboveShare is
+	// admission.max_pending_prefill_above_share's default, as
+	// admission.DefaultAboveSharePrefill.
+	DefaultMaxPendingPrefillAboveShare = 5 * time.Millisecond
 	// DefaultBatchPrefill is admission.batch_prefill's default, as
 	// admission.DefaultBatchPrefill.
 	DefaultBatchPrefill = 50 * time.Millisecond
@@ -78,6 +82,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if a.MaxDetourBelowShare == 0 {
 			a.MaxDetourBelowShare = Duration(DefaultMaxDetourBelowShare)
+		}
+		if a.MaxPendingPrefillAboveShare == 0 {
+			a.MaxPendingPrefillAboveShare = Duration(DefaultMaxPendingPrefillAboveShare)
 		}
 		if a.BatchPrefill == 0 {
 			a.BatchPrefill = Duration(DefaultBatchPrefill)

@@ -185,9 +185,6 @@ func (c *Config) Validate() error {
 			// (median TTFT 30 s, max_wait) in one of two live runs (2026-12-06).
 			bad(p+".max_pending_prefill_below_share", "is for one replica: it is not supported with limits.redis_url")
 		}
-		if a.MaxPendingPrefillAboveShare < 0 {
-			bad(p+".max_pending_prefill_above_share", "must not be negative (0 is off), got %s", a.MaxPendingPrefillAboveShare.Std())
-		}
 		if a.PendingUntilStep && a.MaxPendingPrefill <= 0 && len(a.MaxPendingPrefillByClass) == 0 {
 			bad(p+".pending_until_step", "changes how max_pending_prefill counts prompts; set max_pending_prefill too (it has no default where max_pending_prompt_tokens is set)")
 		}

@@ -31,9 +31,11 @@
 # BELOW_SHARE= (the bound of a tenant under its share of the requests in
 # flight, the same way: admission.max_pending_prefill_below_share and
 # simulate's --max-pending-prefill-below-share; empty: off) ABOVE_SHARE=
-# (the bound of a tenant at or over its share beside another, the same
-# way: admission.max_pending_prefill_above_share and simulate's
-# --max-pending-prefill-above-share; empty: off) DETOUR= (the
+# (the bound on the prompts not yet in an engine step for a tenant at or
+# over its share beside another, the same way:
+# admission.max_pending_prefill_above_share and simulate's
+# --max-pending-prefill-above-share; empty: the router's default, 5ms;
+# negative: off) DETOUR= (the
 # detour a tenant under its share waits for, the same way:
 # admission.max_detour_below_share and simulate's
 # --max-detour-below-share; empty: the router's default, 250ms; negative:
@@ -78,6 +80,7 @@ steps=()
 [ -n "${STEP_BUDGETS:-}" ] && steps=(--prefill-steps 1)
 [ -z "${STEP_BUDGETS:-}" ] && PENDING_PREFILL=${PENDING_PREFILL:-500ms}
 DETOUR=${DETOUR:-250ms}
+ABOVE_SHARE=${ABOVE_SHARE:-5ms}
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
 ROUTER_PORT=$((BASE_PORT - 1))
@@ -127,13 +130,13 @@ config() { # admission on|off, router port, tenants (yes|no)
 		echo "    policy: scored"
 		echo "    params: {quickest_classes: [priority]}"
 	fi
-	if [ "$REPLICAS" -gt 1 ] || [ -n "${PENDING_PREFILL:-}" ] || [ -n "${PRIORITY_PREFILL:-}" ] || [ -n "${BELOW_SHARE:-}" ] || [ -n "${UNTIL_STEP:-}" ] || [ -n "$DETOUR" ]; then
+	if [ "$REPLICAS" -gt 1 ] || [ -n "${PENDING_PREFILL:-}" ] || [ -n "${PRIORITY_PREFILL:-}" ] || [ -n "${BELOW_SHARE:-}" ] || [ -n "${UNTIL_STEP:-}" ] || [ -n "$DETOUR" ] || [ -n "$ABOVE_SHARE" ]; then
 		echo "    admission:"
 		if [ "$REPLICAS" -gt 1 ]; then echo "      replicas: $REPLICAS"; fi
 		if [ -n "${PENDING_PREFILL:-}" ]; then echo "      max_pending_prefill: $(wall_time "$PENDING_PREFILL")"; fi
 		if [ -n "${PRIORITY_PREFILL:-}" ]; then echo "      max_pending_prefill_by_class: {priority: $(wall_time "$PRIORITY_PREFILL")}"; fi
 		if [ -n "${BELOW_SHARE:-}" ]; then echo "      max_pending_prefill_below_share: $(wall_time "$BELOW_SHARE")"; fi
-		if [ -n "${ABOVE_SHARE:-}" ]; then echo "      max_pending_prefill_above_share: $(wall_time "$ABOVE_SHARE")"; fi
+		echo "      max_pending_prefill_above_share: $(wall_time "$ABOVE_SHARE")"
 		echo "      max_detour_below_share: $(wall_time "$DETOUR")"
 		if [ -n "${UNTIL_STEP:-}" ]; then echo "      pending_until_step: true"; fi
 	fi
@@ -204,7 +207,7 @@ run() { # name, admission on|off, load[, extra load and simulate flags]
 		--policy "$policy" $([ "$adm" = on ] && echo --admission --budget "h100-llama3-8b=$H100_BUDGET,l4-llama3-8b=$L4_BUDGET" \
 			"${steps[@]}" \
 			${PENDING_PREFILL:+--max-pending-prefill "$PENDING_PREFILL"} ${PRIORITY_PREFILL:+--max-pending-prefill-by-class "priority=$PRIORITY_PREFILL"} \
-			${BELOW_SHARE:+--max-pending-prefill-below-share "$BELOW_SHARE"} ${ABOVE_SHARE:+--max-pending-prefill-above-share "$ABOVE_SHARE"} \
+			${BELOW_SHARE:+--max-pending-prefill-below-share "$BELOW_SHARE"} --max-pending-prefill-above-share "$ABOVE_SHARE" \
 			--max-detour-below-share "$DETOUR" \
 			${UNTIL_STEP:+--release-at-step}) \
 		--json "$tmp/$name-sim.json" >/dev/null 2>&1
@@ -223,7 +226,7 @@ stop_all
 
 wl_name=synthetic
 [ -n "${TRACE:-}" ] && wl_name=$(basename "$TRACE")
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS $wl_name requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-none}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}${ABOVE_SHARE:+, above share $ABOVE_SHARE}; max_detour_below_share $DETOUR${UNTIL_STEP:+ until the next step}${STEP_BUDGETS:+; max_pending_prompt_tokens per backend at its step budget}; $REPLICAS Sluice replica(s)"
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS $wl_name requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-none}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}; max_pending_prefill_above_share $ABOVE_SHARE; max_detour_below_share $DETOUR${UNTIL_STEP:+ until the next step}${STEP_BUDGETS:+; max_pending_prompt_tokens per backend at its step budget}; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]

@@ -232,8 +232,8 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		BatchReserve:      m.Admission.BatchReserve,
 		MaxPendingPrefill: max(m.Admission.MaxPendingPrefill.Std(), 0), // negative: off
 		BelowSharePrefill: m.Admission.MaxPendingPrefillBelowShare.Std(),
-		BelowShareDetour:  max(m.Admission.MaxDetourBelowShare.Std(), 0), // negative: off
-		AboveSharePrefill: m.Admission.MaxPendingPrefillAboveShare.Std(),
+		BelowShareDetour:  max(m.Admission.MaxDetourBelowShare.Std(), 0),         // negative: off
+		AboveSharePrefill: max(m.Admission.MaxPendingPrefillAboveShare.Std(), 0), // negative: off
 		PendingUntilStep:  m.Admission.PendingUntilStep,
 	}
 	if o.KVMax >= 1 {
@@ -276,6 +276,9 @@ func admissionSummary(m configs.Model) string {
 	s := "budgets alone"
 	if len(rules) > 0 {
 		s = "budgets, and " + strings.Join(rules, " and ")
+	}
+	if d := m.Admission.MaxPendingPrefillAboveShare.Std(); d > 0 && (m.Admission.MaxPendingPrefill > 0 || len(m.Admission.MaxPendingPrefillByClass) > 0) {
+		s += "; a tenant at or over its share beside another binds where the prompts not yet in an engine step take under " + d.String() + " (max_pending_prefill_above_share)"
 	}
 	if d := m.Admission.MaxDetourBelowShare.Std(); d > 0 {
 		s += "; a tenant below its share waits for a backend within " + d.String() + " of its quickest start (max_detour_below_share)"

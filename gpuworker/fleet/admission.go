@@ -103,10 +103,13 @@ type Admission struct {
 	// AboveSharePrefill is the router's
 	// admission.max_pending_prefill_above_share: a request whose tenant
 	// holds at least its weighted share of the requests in flight, with
-	// another tenant holding some, takes the smaller of this and its
-	// class's bound, so that a heavy tenant keeps the engines' backlog
-	// short while a lighter one is served (a class without a bound stays
-	// without). Zero: off.
+	// another tenant holding some, binds only to a worker whose prompts
+	// bound since its engine last planned a step (the prompts its engine
+	// has not had a step to start) take less than this at the measured
+	// prefill rate, besides its class's bound (a class without a bound
+	// stays without): a heavy tenant hands each engine about one prompt a
+	// step while a lighter one is served. Zero means the router's default
+	// (admission.DefaultAboveSharePrefill); negative turns it off.
 	AboveSharePrefill time.Duration
 	// MaxDetour keeps a prompt off a worker where it would wait much
 	// longer for its first token than on another: a worker takes the next
@@ -191,6 +194,12 @@ func (a *Admission) PendingPrefillBound() time.Duration {
 		return 0
 	}
 	return orDefault(a.PendingPrefill, admission.DefaultMaxPendingPrefill)
+}
+
+// AboveSharePrefillBound is AboveSharePrefill with its default, the
+// router's; 0 is off.
+func (a *Admission) AboveSharePrefillBound() time.Duration {
+	return orDefault(a.AboveSharePrefill, admission.DefaultAboveSharePrefill)
 }
 
 // BelowShareDetourBound is BelowShareDetour with its default, the
@@ -299,10 +308,12 @@ type gate struct {
 	// tenantIn counts each tenant's requests in flight, for
 	// Admission.BelowSharePrefill, AboveSharePrefill and BelowShareDetour
 	// (nil: off); loose marks the request whose room is being asked as
-	// below its share, tight as at or above it beside another tenant.
+	// below its share, tight as at or above it beside another tenant;
+	// above is AboveSharePrefill with its default, in seconds (0: off).
 	tenantIn map[string]int
 	loose    bool
 	tight    bool
+	above    float64
 	s        *sim
 	opts     *Admission
 	q        *admission.Queue
@@ -326,9 +337,9 @@ type gate struct {
 	// or its ClassPendingPrefill entry) in seconds (0: off).
 	pendingPrefill [admission.NumClasses]float64
 	unfilled       []bool
-	// With Admission.ReleaseAtStep, fresh holds each worker's prompt tokens
-	// bound since its engine last planned a step, freshIDs their requests
-	// and freshOf marks them; nil otherwise.
+	// With Admission.ReleaseAtStep or AboveSharePrefill, fresh holds each
+	// worker's prompt tokens bound since its engine last planned a step,
+	// freshIDs their requests and freshOf marks them; nil otherwise.
 	fresh    []int64
 	freshIDs [][]int32
 	freshOf  []bool
@@ -430,10 +441,13 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.PendingPrefillBound()).Seconds()
 		tracks = tracks || g.pendingPrefill[c] > 0
 	}
-	if a.BelowSharePrefill > 0 || a.AboveSharePrefill > 0 || g.belowDetour >= 0 {
+	if tracks {
+		g.above = a.AboveSharePrefillBound().Seconds()
+	}
+	if a.BelowSharePrefill > 0 || g.above > 0 || g.belowDetour >= 0 {
 		g.tenantIn = map[string]int{}
 	}
-	if a.ReleaseAtStep && tracks {
+	if (a.ReleaseAtStep || g.above > 0) && tracks {
 		g.fresh, g.freshIDs, g.freshOf = make([]int64, n), make([][]int32, n), make([]bool, len(s.reqs))
 	}
 	if bp := cmp.Or(a.BatchPrefill, DefaultBatchPrefill); bp > 0 && s.batch != nil && s.confined(s.batch.first) {
@@ -799,17 +813,19 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 	if g.loose && bound > 0 { // a class without a bound has none to loosen
 		bound = max(bound, g.opts.BelowSharePrefill.Seconds())
 	}
-	if g.tight && bound > 0 {
-		bound = min(bound, g.opts.AboveSharePrefill.Seconds())
-	}
 	if bound > 0 && n > 0 {
 		// One prompt at a time before the first measurement, as the live
 		// gate (admission.Gate).
 		p := float64(g.pending[w])
-		if g.fresh != nil {
+		if g.opts.ReleaseAtStep {
 			p = float64(g.fresh[w])
 		}
 		if p >= g.s.measuredPrefill(w)*bound && p > 0 {
+			return false
+		}
+		// As the live gate's freshRoom: the prompts its engine has not
+		// had a step to start.
+		if g.tight && g.fresh[w] > 0 && float64(g.fresh[w]) >= g.s.measuredPrefill(w)*g.above {
 			return false
 		}
 	}
@@ -1005,7 +1021,7 @@ func (g *gate) stepped(w int) {
 // markShare sets loose and tight for request id (unset them after).
 func (g *gate) markShare(id int) {
 	g.loose = g.opts.BelowSharePrefill > 0 && g.belowShare(id)
-	g.tight = g.opts.AboveSharePrefill > 0 && !g.loose && g.aboveShare(id)
+	g.tight = g.above > 0 && !g.loose && g.aboveShare(id)
 }
 
 // aboveShare reports whether request id's tenant holds at least its

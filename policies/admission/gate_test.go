@@ -416,11 +416,77 @@ func TestGateLetsATenantBelowItsShareBindPastABacklog(t *testing.T) {
 }
 
 // With AboveSharePrefill a request of a tenant holding at least its share
-// while another tenant holds some takes that tighter bound: the heavy
-// tenant's second request waits behind 30 ms of prefill (its bound 20 ms,
-// the class's 100 ms), the light tenant's binds, and alone the heavy
-// tenant takes the class's bound.
-func TestGateHoldsATenantAboveItsShareToATighterBound(t *testing.T) {
+// while another tenant holds some binds only where the prompts sent and
+// not yet taken into an engine step are under that bound: the heavy
+// tenant's second request waits while 30 ms of prompt is unstarted (its
+// bound 20 ms, the class's 100 ms), the light tenant's binds, and when a
+// stream marks the engine's next step the heavy one binds, though the
+// prompt has no first token yet. Alone the heavy tenant takes the class's
+// bound, and the gate reads engine steps only while two tenants have
+// requests in flight.
+func TestGateHoldsATenantAboveItsShareToOnePromptAStep(t *testing.T) {
+	g, e := aboveShareGate(t)
+	ctx := context.Background()
+	heavy, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err)
+	heavy.Started()
+	steps := e.StepReader()
+	require.False(t, steps.Read(), "a stream's first read is of the step already marked")
+	require.False(t, steps.Read(), "its next marks a step, with no prompt to hand the engine")
+	att := e.Start(30, 60) // 30 ms pending, not yet in a step
+	alone, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err, "alone: the class's 100 ms")
+	alone.Started()
+	assert.False(t, g.MarksSteps(), "one tenant: no steps to read")
+	light, err := g.Admit(ctx, req(admission.Default, "light"))
+	require.NoError(t, err, "below its share: the class's 100 ms")
+	light.Started()
+	assert.True(t, g.MarksSteps(), "two tenants: the router reads engine steps")
+	second := queued(t, g, ctx, req(admission.Default, "heavy")) // 2 of 3 with light in flight: 20 ms unstarted
+	require.True(t, steps.Read(), "the next step hands the engine the 30 tokens")
+	g.Stepped(e)
+	var got ticketOrErr
+	select {
+	case got = <-second:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the step mark did not bind the heavy tenant's request")
+	}
+	require.NoError(t, got.err, "bound at the step, before the prompt's first token")
+	assert.Equal(t, int64(30), e.PendingPromptTokens(), "still pending until its first token")
+	att.FirstToken(30 * time.Millisecond)
+	att.Finish(backends.Outcome{})
+	for _, tk := range []*admission.Ticket{heavy, alone, light, got.t} {
+		tk.Release()
+	}
+	assert.False(t, g.MarksSteps(), "none in flight")
+}
+
+// Where no stream has marked the endpoint's steps (answers that come
+// whole), AboveSharePrefill cannot tell a prompt in a step from a queued
+// one and holds nothing back: the heavy tenant's second request binds
+// beside 30 ms of unstarted prompt.
+func TestGateAboveItsShareWithoutStepsBindsByTheClassBound(t *testing.T) {
+	g, e := aboveShareGate(t)
+	ctx := context.Background()
+	heavy, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err)
+	heavy.Started()
+	att := e.Start(30, 60)
+	light, err := g.Admit(ctx, req(admission.Default, "light"))
+	require.NoError(t, err)
+	light.Started()
+	second, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err, "no steps seen: the class's 100 ms")
+	att.Finish(backends.Outcome{})
+	for _, tk := range []*admission.Ticket{heavy, light, second} {
+		tk.Release()
+	}
+}
+
+// aboveShareGate is a gate over one endpoint measured at 1,000 prefill
+// tokens/s, the class bound 100 ms, AboveSharePrefill 20 ms.
+func aboveShareGate(t *testing.T) (*admission.Gate, *backends.Endpoint) {
+	t.Helper()
 	g, e := admission.OneEndpointGate(t, admission.Options{
 		Budget:            func(*backends.Endpoint) int { return 10 },
 		Patience:          time.Hour,
@@ -428,26 +494,8 @@ func TestGateHoldsATenantAboveItsShareToATighterBound(t *testing.T) {
 		MaxPendingPrefill: 100 * time.Millisecond,
 		AboveSharePrefill: 20 * time.Millisecond,
 	})
-	e.ObservePrefill(0, 1000, time.Second) // 100 tokens' bound, 20 above the share
-	ctx := context.Background()
-	heavy, err := g.Admit(ctx, req(admission.Default, "heavy"))
-	require.NoError(t, err)
-	heavy.Started()
-	att := e.Start(30, 60) // 30 ms pending
-	alone, err := g.Admit(ctx, req(admission.Default, "heavy"))
-	require.NoError(t, err, "alone: the class's 100 ms")
-	alone.Started()
-	light, err := g.Admit(ctx, req(admission.Default, "light"))
-	require.NoError(t, err, "below its share: the class's 100 ms")
-	second := queued(t, g, ctx, req(admission.Default, "heavy")) // 2 of 3 with light in flight: 20 ms
-	att.FirstToken(30 * time.Millisecond)
-	heavy.Prefilled() // nothing pending: it binds
-	got := <-second
-	require.NoError(t, got.err)
-	att.Finish(backends.Outcome{})
-	for _, tk := range []*admission.Ticket{heavy, alone, light, got.t} {
-		tk.Release()
-	}
+	e.ObservePrefill(0, 1000, time.Second)
+	return g, e
 }
 
 // prefillGate is a gate over one endpoint measured at 1,000 prefill
