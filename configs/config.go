@@ -293,7 +293,7 @@ type Admission struct {
 	// a step or two instead of behind the heavy tenant's backlog; the
 	// engines stay as busy and the heavy tenant waits longer in Sluice.
 	// Engine steps are read from the streams Sluice relays. A class
-	// without a bound stays without. Default 5ms; a negative duration
+	// without a bound stays without. Default 10ms; a negative duration
 	// turns it off.
 	MaxPendingPrefillAboveShare Duration `yaml:"max_pending_prefill_above_share"`
 	// PendingUntilStep, with max_pending_prefill, counts a prompt toward

@@ -29,7 +29,7 @@ const (
 	// DefaultMaxPendingPrefillAboveShare is
 	// admission.max_pending_prefill_above_share's default, as
 	// admission.DefaultAboveSharePrefill.
-	DefaultMaxPendingPrefillAboveShare = 5 * time.Millisecond
+	DefaultMaxPendingPrefillAboveShare = 10 * time.Millisecond
 	// DefaultBatchPrefill is admission.batch_prefill's default, as
 	// admission.DefaultBatchPrefill.
 	DefaultBatchPrefill = 50 * time.Millisecond

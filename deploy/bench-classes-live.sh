@@ -34,7 +34,7 @@
 # (the bound on the prompts not yet in an engine step for a tenant at or
 # over its share beside another, the same way:
 # admission.max_pending_prefill_above_share and simulate's
-# --max-pending-prefill-above-share; empty: the router's default, 5ms;
+# --max-pending-prefill-above-share; empty: the router's default, 10ms;
 # negative: off) DETOUR= (the
 # detour a tenant under its share waits for, the same way:
 # admission.max_detour_below_share and simulate's
@@ -80,7 +80,7 @@ steps=()
 [ -n "${STEP_BUDGETS:-}" ] && steps=(--prefill-steps 1)
 [ -z "${STEP_BUDGETS:-}" ] && PENDING_PREFILL=${PENDING_PREFILL:-500ms}
 DETOUR=${DETOUR:-250ms}
-ABOVE_SHARE=${ABOVE_SHARE:-5ms}
+ABOVE_SHARE=${ABOVE_SHARE:-10ms}
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
 ROUTER_PORT=$((BASE_PORT - 1))

@@ -328,7 +328,7 @@ func TestAdmissionSummary(t *testing.T) {
 	for _, tc := range []struct{ model, want string }{
 		{"backends:\n      - url: http://a:1\n", "off"},
 		{"admission: {max_in_flight_per_backend: 8}\n    backends:\n      - url: http://a:1\n",
-			"budgets, and prompts pending under 500ms of prefill (max_pending_prefill); a tenant at or over its share beside another binds where the prompts not yet in an engine step take under 5ms (max_pending_prefill_above_share); a tenant below its share waits for a backend within 250ms of its quickest start (max_detour_below_share)"},
+			"budgets, and prompts pending under 500ms of prefill (max_pending_prefill); a tenant at or over its share beside another binds where the prompts not yet in an engine step take under 10ms (max_pending_prefill_above_share); a tenant below its share waits for a backend within 250ms of its quickest start (max_detour_below_share)"},
 		{"admission: {max_in_flight_per_backend: 8, max_pending_prefill: -1s, max_detour_below_share: -1s}\n    backends:\n      - url: http://a:1\n", "budgets alone"},
 		{"admission: {max_in_flight_per_backend: 8, max_pending_prefill_above_share: -1s, max_detour_below_share: -1s}\n    backends:\n      - url: http://a:1\n",
 			"budgets, and prompts pending under 500ms of prefill (max_pending_prefill)"},
