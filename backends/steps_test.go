@@ -52,3 +52,15 @@ func TestFreshPromptTokensUntilTheNextStepMark(t *testing.T) {
 	w.Finish(Outcome{Class: ClassOK})
 	assert.Zero(t, e.FreshPromptTokens(), "a whole answer's prompt ends with its attempt")
 }
+
+// LastStepMark says when a stream last marked one of the endpoint's steps.
+func TestLastStepMark(t *testing.T) {
+	e, err := NewEndpoint("http://127.0.0.1:1", 1)
+	require.NoError(t, err)
+	s := e.StepReader()
+	s.Read()
+	assert.True(t, e.LastStepMark().IsZero(), "a stream's first read marks nothing")
+	before := time.Now()
+	s.Read()
+	assert.False(t, e.LastStepMark().Before(before), "its next read marks a step now")
+}

@@ -371,31 +371,7 @@ func TestAdmissionPrefillBoundByClass(t *testing.T) {
 // share of those in flight, bind past the heavy tenant's prefill backlog:
 // its tail is shorter, and the heavy tenant's median wait no longer.
 func TestAdmissionBelowSharePrefill(t *testing.T) {
-	spec := mustSpec(t, "1xh100-llama3-8b,2xl4-llama3-8b")
-	reqs := synthetic(t, spec, 3000, 1.3, 26)
-	tenants := make([]string, len(reqs))
-	for i := range tenants {
-		tenants[i] = "heavy"
-		if i%11 == 5 {
-			tenants[i] = "light"
-		}
-	}
-	q := func(res *Result, tenant string, p float64) time.Duration {
-		var ds []time.Duration
-		for i, o := range res.Requests {
-			require.True(t, o.OK, "request %d: %s", i, o.Err)
-			if tenants[i] == tenant {
-				ds = append(ds, o.TTFT)
-			}
-		}
-		slices.Sort(ds)
-		return ds[int(p*float64(len(ds)-1))]
-	}
-	run := func(a *Admission) *Result {
-		res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1), TenantOf: tenants, Admission: a}, reqs)
-		require.NoError(t, err)
-		return res
-	}
+	run, q := twoTenantRun(t)
 	one := run(&Admission{PendingPrefill: 35 * time.Millisecond, AboveSharePrefill: -1})
 	split := run(&Admission{PendingPrefill: 35 * time.Millisecond, BelowSharePrefill: 70 * time.Millisecond, AboveSharePrefill: -1})
 	t.Logf("light p99 %v -> %v; heavy p50 %v -> %v", q(one, "light", 0.99), q(split, "light", 0.99), q(one, "heavy", 0.5), q(split, "heavy", 0.5))
@@ -408,6 +384,17 @@ func TestAdmissionBelowSharePrefill(t *testing.T) {
 // requests in flight: the light tenant's p99 TTFT falls to a fraction of
 // what it is with the rule off, and every request is still served.
 func TestAdmissionAboveSharePrefill(t *testing.T) {
+	run, q := twoTenantRun(t)
+	off, on := q(run(&Admission{AboveSharePrefill: -1}), "light", 0.99), q(run(&Admission{}), "light", 0.99)
+	t.Logf("light p99 %v with the rule off, %v with its default", off, on)
+	assert.Less(t, on.Seconds(), off.Seconds()/2)
+}
+
+// twoTenantRun returns a run of 3,000 Poisson requests at 1.3x capacity
+// over 1 H100 and 2 L4s, one in eleven from tenant light and the rest from
+// heavy, through the given admission, and a tenant's TTFT quantile in a
+// result (every request must have been served).
+func twoTenantRun(t *testing.T) (run func(*Admission) *Result, q func(*Result, string, float64) time.Duration) {
 	spec := mustSpec(t, "1xh100-llama3-8b,2xl4-llama3-8b")
 	reqs := synthetic(t, spec, 3000, 1.3, 26)
 	tenants := make([]string, len(reqs))
@@ -417,25 +404,23 @@ func TestAdmissionAboveSharePrefill(t *testing.T) {
 			tenants[i] = "light"
 		}
 	}
-	p99 := func(res *Result) time.Duration {
+	q = func(res *Result, tenant string, p float64) time.Duration {
 		var ds []time.Duration
 		for i, o := range res.Requests {
 			require.True(t, o.OK, "request %d: %s", i, o.Err)
-			if tenants[i] == "light" {
+			if tenants[i] == tenant {
 				ds = append(ds, o.TTFT)
 			}
 		}
 		slices.Sort(ds)
-		return ds[int(0.99*float64(len(ds)-1))]
+		return ds[int(p*float64(len(ds)-1))]
 	}
-	run := func(a *Admission) *Result {
+	run = func(a *Admission) *Result {
 		res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1), TenantOf: tenants, Admission: a}, reqs)
 		require.NoError(t, err)
 		return res
 	}
-	off, on := p99(run(&Admission{AboveSharePrefill: -1})), p99(run(&Admission{}))
-	t.Logf("light p99 %v with the rule off, %v with its default", off, on)
-	assert.Less(t, on.Seconds(), off.Seconds()/2)
+	return run, q
 }
 
 // Under overload priority waits less than flex: it goes first in the queue.
