@@ -343,6 +343,12 @@ type gate struct {
 	fresh    []int64
 	freshIDs [][]int32
 	freshOf  []bool
+	// With AboveSharePrefill, mine holds each router replica's part of
+	// fresh, per worker, and replica is the replica of the request whose
+	// room is being asked: as the live routers, each holds its own
+	// prompts to its part of the bound.
+	mine    [][]int64
+	replica int
 
 	// rate is each worker's prefill rate in tokens/s, detour the bound on
 	// a request's extra estimated wait (s; < 0 off), aside the requests
@@ -449,6 +455,10 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 	}
 	if (a.ReleaseAtStep || g.above > 0) && tracks {
 		g.fresh, g.freshIDs, g.freshOf = make([]int64, n), make([][]int32, n), make([]bool, len(s.reqs))
+		g.mine = make([][]int64, len(s.opts.Pickers))
+		for r := range g.mine {
+			g.mine[r] = make([]int64, n)
+		}
 	}
 	if bp := cmp.Or(a.BatchPrefill, DefaultBatchPrefill); bp > 0 && s.batch != nil && s.confined(s.batch.first) {
 		g.batchMax, g.idleMax, g.others = make([]int64, n), make([]int64, n), make([]int, n)
@@ -620,6 +630,7 @@ func (g *gate) bind(id int, now int64) (int, error) {
 	g.unfilled[id] = true
 	if g.fresh != nil {
 		g.fresh[w] += int64(s.reqs[id].PromptTokens)
+		g.mine[replica][w] += int64(s.reqs[id].PromptTokens)
 		g.freshOf[id] = true
 		g.freshIDs[w] = append(g.freshIDs[w], int32(id))
 	}
@@ -640,6 +651,7 @@ func (g *gate) prefilled(id int) {
 	if g.fresh != nil && g.freshOf[id] {
 		g.freshOf[id] = false
 		g.fresh[g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
+		g.mine[id%len(g.mine)][g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
 	}
 }
 
@@ -825,7 +837,7 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 		}
 		// As the live gate's freshRoom: the prompts its engine has not
 		// had a step to start.
-		if g.tight && g.fresh[w] > 0 && float64(g.fresh[w]) >= g.s.measuredPrefill(w)*g.above {
+		if g.tight && g.mine[g.replica][w] > 0 && float64(g.mine[g.replica][w]) >= g.s.measuredPrefill(w)*g.above/float64(len(g.mine)) {
 			return false
 		}
 	}
@@ -1016,12 +1028,16 @@ func (g *gate) stepped(w int) {
 	}
 	g.freshIDs[w] = g.freshIDs[w][:0]
 	g.fresh[w] = 0
+	for r := range g.mine {
+		g.mine[r][w] = 0
+	}
 }
 
 // markShare sets loose and tight for request id (unset them after).
 func (g *gate) markShare(id int) {
 	g.loose = g.opts.BelowSharePrefill > 0 && g.belowShare(id)
 	g.tight = g.above > 0 && !g.loose && g.aboveShare(id)
+	g.replica = id % len(g.s.opts.Pickers)
 }
 
 // aboveShare reports whether request id's tenant holds at least its

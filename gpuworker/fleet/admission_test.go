@@ -371,7 +371,7 @@ func TestAdmissionPrefillBoundByClass(t *testing.T) {
 // share of those in flight, bind past the heavy tenant's prefill backlog:
 // its tail is shorter, and the heavy tenant's median wait no longer.
 func TestAdmissionBelowSharePrefill(t *testing.T) {
-	run, q := twoTenantRun(t)
+	run, q := twoTenantRun(t, 1)
 	one := run(&Admission{PendingPrefill: 35 * time.Millisecond, AboveSharePrefill: -1})
 	split := run(&Admission{PendingPrefill: 35 * time.Millisecond, BelowSharePrefill: 70 * time.Millisecond, AboveSharePrefill: -1})
 	t.Logf("light p99 %v -> %v; heavy p50 %v -> %v", q(one, "light", 0.99), q(split, "light", 0.99), q(one, "heavy", 0.5), q(split, "heavy", 0.5))
@@ -384,17 +384,31 @@ func TestAdmissionBelowSharePrefill(t *testing.T) {
 // requests in flight: the light tenant's p99 TTFT falls to a fraction of
 // what it is with the rule off, and every request is still served.
 func TestAdmissionAboveSharePrefill(t *testing.T) {
-	run, q := twoTenantRun(t)
+	run, q := twoTenantRun(t, 1)
 	off, on := q(run(&Admission{AboveSharePrefill: -1}), "light", 0.99), q(run(&Admission{}), "light", 0.99)
 	t.Logf("light p99 %v with the rule off, %v with its default", off, on)
 	assert.Less(t, on.Seconds(), off.Seconds()/2)
 }
 
+// With three router replicas each holds its own prompts to its third of
+// AboveSharePrefill, as the live routers do, and one prompt always passes:
+// three may hand an engine three prompts a step, and the light tenant's
+// tail is longer than behind one replica (live, 3 replicas sharing Redis
+// on Poisson load: p99 423 and 482 ms against one replica's 227).
+func TestAdmissionAboveSharePrefillPerReplica(t *testing.T) {
+	run1, q := twoTenantRun(t, 1)
+	run3, _ := twoTenantRun(t, 3)
+	one, three := q(run1(&Admission{}), "light", 0.99), q(run3(&Admission{}), "light", 0.99)
+	t.Logf("light p99 %v behind one replica, %v behind three", one, three)
+	assert.Greater(t, three, one)
+}
+
 // twoTenantRun returns a run of 3,000 Poisson requests at 1.3x capacity
-// over 1 H100 and 2 L4s, one in eleven from tenant light and the rest from
-// heavy, through the given admission, and a tenant's TTFT quantile in a
-// result (every request must have been served).
-func twoTenantRun(t *testing.T) (run func(*Admission) *Result, q func(*Result, string, float64) time.Duration) {
+// over 1 H100 and 2 L4s from that many router replicas, one in eleven
+// from tenant light and the rest from heavy, through the given admission,
+// and a tenant's TTFT quantile in a result (every request must have been
+// served).
+func twoTenantRun(t *testing.T, routers int) (run func(*Admission) *Result, q func(*Result, string, float64) time.Duration) {
 	spec := mustSpec(t, "1xh100-llama3-8b,2xl4-llama3-8b")
 	reqs := synthetic(t, spec, 3000, 1.3, 26)
 	tenants := make([]string, len(reqs))
@@ -416,7 +430,7 @@ func twoTenantRun(t *testing.T) (run func(*Admission) *Result, q func(*Result, s
 		return ds[int(p*float64(len(ds)-1))]
 	}
 	run = func(a *Admission) *Result {
-		res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1), TenantOf: tenants, Admission: a}, reqs)
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, routers), TenantOf: tenants, Admission: a}, reqs)
 		require.NoError(t, err)
 		return res
 	}
