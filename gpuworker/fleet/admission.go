@@ -305,12 +305,12 @@ func saturatedBatch(p gpuworker.Profile, m shape) int {
 
 // gate is the admit stage of one run.
 type gate struct {
-	// tenantIn counts each tenant's requests in flight, for
-	// Admission.BelowSharePrefill, AboveSharePrefill and BelowShareDetour
-	// (nil: off); loose marks the request whose room is being asked as
+	// tenants counts each tenant's requests in flight as the live gate
+	// does, for Admission.BelowSharePrefill, AboveSharePrefill and
+	// BelowShareDetour (nil: off); loose marks the request whose room is being asked as
 	// below its share, tight as at or above it beside another tenant;
 	// above is AboveSharePrefill with its default, in seconds (0: off).
-	tenantIn map[string]int
+	tenants  *admission.TenantShares
 	loose    bool
 	tight    bool
 	above    float64
@@ -337,18 +337,17 @@ type gate struct {
 	// or its ClassPendingPrefill entry) in seconds (0: off).
 	pendingPrefill [admission.NumClasses]float64
 	unfilled       []bool
-	// With Admission.ReleaseAtStep or AboveSharePrefill, fresh holds each
-	// worker's prompt tokens bound since its engine last planned a step,
-	// freshIDs their requests and freshOf marks them; nil otherwise.
-	fresh    []int64
+	// With Admission.ReleaseAtStep or AboveSharePrefill, mine holds each
+	// router replica's prompt tokens bound to each worker since its engine
+	// last planned a step (fresh: their sum over the replicas), freshIDs
+	// their requests and freshOf marks them; nil otherwise. replica is the
+	// replica of the request whose room is being asked: as the live
+	// routers, each holds its own prompts to its part of the
+	// AboveSharePrefill bound.
+	mine     [][]int64
 	freshIDs [][]int32
 	freshOf  []bool
-	// With AboveSharePrefill, mine holds each router replica's part of
-	// fresh, per worker, and replica is the replica of the request whose
-	// room is being asked: as the live routers, each holds its own
-	// prompts to its part of the bound.
-	mine    [][]int64
-	replica int
+	replica  int
 
 	// rate is each worker's prefill rate in tokens/s, detour the bound on
 	// a request's extra estimated wait (s; < 0 off), aside the requests
@@ -451,10 +450,10 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 		g.above = a.AboveSharePrefillBound().Seconds()
 	}
 	if a.BelowSharePrefill > 0 || g.above > 0 || g.belowDetour >= 0 {
-		g.tenantIn = map[string]int{}
+		g.tenants = admission.NewTenantShares()
 	}
 	if (a.ReleaseAtStep || g.above > 0) && tracks {
-		g.fresh, g.freshIDs, g.freshOf = make([]int64, n), make([][]int32, n), make([]bool, len(s.reqs))
+		g.freshIDs, g.freshOf = make([][]int32, n), make([]bool, len(s.reqs))
 		g.mine = make([][]int64, len(s.opts.Pickers))
 		for r := range g.mine {
 			g.mine[r] = make([]int64, n)
@@ -619,8 +618,8 @@ func (g *gate) bind(id int, now int64) (int, error) {
 		return -1, fmt.Errorf("fleet: policy returned worker %d, which has no room", w)
 	}
 	g.inFlight[w]++
-	if g.tenantIn != nil {
-		g.tenantIn[s.out[id].Tenant]++
+	if g.tenants != nil {
+		g.tenants.Add(s.out[id].Tenant, g.weight(id))
 	}
 	g.peak[w] = max(g.peak[w], g.inFlight[w])
 	if g.others != nil && !s.confined(id) {
@@ -628,8 +627,7 @@ func (g *gate) bind(id int, now int64) (int, error) {
 	}
 	g.pending[w] += int64(s.reqs[id].PromptTokens)
 	g.unfilled[id] = true
-	if g.fresh != nil {
-		g.fresh[w] += int64(s.reqs[id].PromptTokens)
+	if g.mine != nil {
 		g.mine[replica][w] += int64(s.reqs[id].PromptTokens)
 		g.freshOf[id] = true
 		g.freshIDs[w] = append(g.freshIDs[w], int32(id))
@@ -648,9 +646,8 @@ func (g *gate) prefilled(id int) {
 		g.unfilled[id] = false
 		g.pending[g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
 	}
-	if g.fresh != nil && g.freshOf[id] {
+	if g.mine != nil && g.freshOf[id] {
 		g.freshOf[id] = false
-		g.fresh[g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
 		g.mine[id%len(g.mine)][g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
 	}
 }
@@ -660,8 +657,8 @@ func (g *gate) release(id int) {
 	g.prefilled(id)
 	if w := g.s.out[id].Worker; w >= 0 {
 		g.inFlight[w]--
-		if g.tenantIn != nil {
-			g.tenantIn[g.s.out[id].Tenant]--
+		if g.tenants != nil {
+			g.tenants.Remove(g.s.out[id].Tenant)
 		}
 		if g.others != nil && !g.s.confined(id) {
 			g.others[w]--
@@ -830,7 +827,7 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 		// gate (admission.Gate).
 		p := float64(g.pending[w])
 		if g.opts.ReleaseAtStep {
-			p = float64(g.fresh[w])
+			p = float64(g.fresh(w))
 		}
 		if p >= g.s.measuredPrefill(w)*bound && p > 0 {
 			return false
@@ -1020,17 +1017,26 @@ func (g *gate) waiting() int {
 // Admission.ReleaseAtStep the prompts bound to it before no longer count
 // toward its prefill bound.
 func (g *gate) stepped(w int) {
-	if g.fresh == nil {
+	if g.mine == nil {
 		return
 	}
 	for _, id := range g.freshIDs[w] {
 		g.freshOf[id] = false
 	}
 	g.freshIDs[w] = g.freshIDs[w][:0]
-	g.fresh[w] = 0
 	for r := range g.mine {
 		g.mine[r][w] = 0
 	}
+}
+
+// fresh is worker w's prompt tokens bound since its engine last planned a
+// step, all replicas'.
+func (g *gate) fresh(w int) int64 {
+	var n int64
+	for _, m := range g.mine {
+		n += m[w]
+	}
+	return n
 }
 
 // markShare sets loose and tight for request id (unset them after).
@@ -1044,16 +1050,7 @@ func (g *gate) markShare(id int) {
 // weighted share of the requests in flight while another tenant holds
 // some.
 func (g *gate) aboveShare(id int) bool {
-	if g.tenantIn == nil || g.belowShare(id) {
-		return false
-	}
-	mine := g.s.out[id].Tenant
-	for t, n := range g.tenantIn {
-		if t != mine && n > 0 {
-			return true
-		}
-	}
-	return false
+	return g.tenants != nil && g.tenants.Others(g.s.out[id].Tenant) && !g.belowShare(id)
 }
 
 // belowShare reports whether request id's tenant holds less than its
@@ -1061,26 +1058,13 @@ func (g *gate) aboveShare(id int) bool {
 // (Admission.BelowSharePrefill, AboveSharePrefill, BelowShareDetour;
 // false when all are off).
 func (g *gate) belowShare(id int) bool {
-	if g.tenantIn == nil {
-		return false
+	return g.tenants != nil && g.tenants.Below(g.s.out[id].Tenant, g.weight(id))
+}
+
+// weight is request id's tenant's weight (Admission.Weights; 1 unlisted).
+func (g *gate) weight(id int) float64 {
+	if w, ok := g.opts.Weights[g.s.out[id].Tenant]; ok {
+		return w
 	}
-	mine := g.s.out[id].Tenant
-	weight := func(t string) float64 {
-		if w, ok := g.opts.Weights[t]; ok {
-			return w
-		}
-		return 1
-	}
-	total, weights, others := 0, weight(mine), false
-	for t, n := range g.tenantIn {
-		if n <= 0 {
-			continue
-		}
-		total += n
-		if t != mine {
-			weights += weight(t)
-			others = true
-		}
-	}
-	return others && float64(g.tenantIn[mine])/weight(mine) < float64(total)/weights
+	return 1
 }

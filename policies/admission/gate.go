@@ -262,7 +262,7 @@ type Gate struct {
 	// (BelowSharePrefill, BelowShareDetour, AboveSharePrefill); nil when
 	// all are off. several is whether it holds two tenants or more, for
 	// MarksSteps without the lock.
-	tenants *tenantShares
+	tenants *TenantShares
 	several atomic.Bool
 	prev    atomic.Pointer[Gate] // that gate while requests wait there, for Stats
 	// lastPoll is when a waiter's poll last dispatched (UnixNano): one
@@ -308,7 +308,7 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint][NumClasses]time.Time{},
 		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now, counts: new([NumClasses]classCounters)}
 	if o.BelowSharePrefill > 0 && o.Shared == nil || o.BelowShareDetour > 0 || o.AboveSharePrefill > 0 { // BelowSharePrefill is one replica's: see configs.Admission
-		g.tenants = newTenantShares()
+		g.tenants = NewTenantShares()
 	}
 	return g, nil
 }
@@ -690,8 +690,8 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 	}
 	g.granted[ep]++
 	if g.tenants != nil {
-		g.tenants.add(r.Tenant, r.Weight)
-		g.several.Store(len(g.tenants.n) > 1)
+		g.tenants.Add(r.Tenant, r.Weight)
+		g.several.Store(g.tenants.Tenants() > 1)
 	}
 	if !batch {
 		g.others[ep]++
@@ -779,7 +779,7 @@ func (g *Gate) requestBound(r *Request) time.Duration {
 	if d <= 0 || g.tenants == nil {
 		return d
 	}
-	if g.o.Shared == nil && g.o.BelowSharePrefill > d && g.tenants.below(r.Tenant, r.Weight) {
+	if g.o.Shared == nil && g.o.BelowSharePrefill > d && g.tenants.Below(r.Tenant, r.Weight) {
 		return g.o.BelowSharePrefill
 	}
 	return d
@@ -795,7 +795,7 @@ const stepsUnseen = 2 * time.Second
 // (AboveSharePrefill applies to it).
 func (g *Gate) aboveShareLocked(r *Request) bool {
 	return g.o.AboveSharePrefill > 0 && g.tenants != nil && g.prefillBound(r.Class) > 0 &&
-		g.tenants.others(r.Tenant) && !g.tenants.below(r.Tenant, r.Weight)
+		g.tenants.Others(r.Tenant) && !g.tenants.Below(r.Tenant, r.Weight)
 }
 
 // freshRoom reports whether e takes a request AboveSharePrefill applies
@@ -805,12 +805,8 @@ func (g *Gate) aboveShareLocked(r *Request) bool {
 // begun while one tenant was in flight) the rule cannot tell a prompt in
 // a step from one queued, and does not hold the request back.
 func (g *Gate) freshRoom(e *backends.Endpoint) bool {
-	if g.granted[e] == 0 || g.now().Sub(e.LastStepMark()) > stepsUnseen {
-		return true
-	}
-	bound := e.PrefillTokensPerSec() * g.o.AboveSharePrefill.Seconds() / float64(g.o.Replicas)
-	fresh := float64(e.FreshPromptTokens() + g.unstarted[e])
-	return fresh < bound || fresh == 0
+	return g.now().Sub(e.LastStepMark()) > stepsUnseen ||
+		g.underBound(e, e.FreshPromptTokens(), g.o.Replicas, g.o.AboveSharePrefill)
 }
 
 // errDetour is bindLocked's answer when endpoints have room for r but
@@ -862,7 +858,7 @@ func (g *Gate) tenantAsideLocked(r *Request) bool {
 // share of the requests in flight through this gate while another tenant
 // holds some (false while no option counts them). Call it with g.mu held.
 func (g *Gate) belowShareLocked(r *Request) bool {
-	return g.tenants != nil && g.tenants.below(r.Tenant, r.Weight)
+	return g.tenants != nil && g.tenants.Below(r.Tenant, r.Weight)
 }
 
 // perClassPrefill reports whether the classes' prefill bounds differ, so
@@ -1078,16 +1074,24 @@ func (g *Gate) hasRoom(e *backends.Endpoint, bound time.Duration) bool {
 // the prompts this replica sent it: each of share replicas counts only its
 // own and holds to its part, so the backend holds about the whole.
 func (g *Gate) prefillRoom(e *backends.Endpoint, share int, d time.Duration) bool {
+	sent := e.PendingPromptTokens()
+	if g.o.PendingUntilStep {
+		sent = e.FreshPromptTokens()
+	}
+	return g.underBound(e, sent, share, d)
+}
+
+// underBound reports whether e, holding sent prompt tokens from this
+// replica besides those bound and not yet sent, is under 1/share of a
+// prefill bound d at its measured rate (no bound: d <= 0 or nothing in
+// flight here).
+func (g *Gate) underBound(e *backends.Endpoint, sent int64, share int, d time.Duration) bool {
 	if d > 0 && g.granted[e] > 0 {
 		// Before the first measurement one prompt at a time: with no bound
 		// then, a run's first burst went wherever budgets allowed, and
 		// three replicas' priority p99 TTFT live was their first second's
 		// (1.2-2.2 s on L4s, against 0.4 s after).
 		bound := e.PrefillTokensPerSec() * d.Seconds() / float64(share)
-		sent := e.PendingPromptTokens()
-		if g.o.PendingUntilStep {
-			sent = e.FreshPromptTokens()
-		}
 		if pending := float64(sent + g.unstarted[e]); pending >= bound && pending > 0 {
 			return false
 		}
@@ -1227,8 +1231,8 @@ func (g *Gate) release(ep *backends.Endpoint, lease string, batch bool, tenant s
 	g.mu.Lock()
 	delete(g.full, ep) // a slot freed there
 	if g.tenants != nil {
-		g.tenants.remove(tenant)
-		g.several.Store(len(g.tenants.n) > 1)
+		g.tenants.Remove(tenant)
+		g.several.Store(g.tenants.Tenants() > 1)
 	}
 	if g.granted[ep]--; g.granted[ep] <= 0 {
 		delete(g.granted, ep)

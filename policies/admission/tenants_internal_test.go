@@ -8,33 +8,33 @@ import (
 )
 
 func TestTenantShares(t *testing.T) {
-	s := newTenantShares()
-	assert.False(t, s.below("light", 1), "nobody in flight")
-	assert.False(t, s.others("light"))
-	s.add("heavy", 1)
-	assert.False(t, s.others("heavy"))
-	assert.True(t, s.others("light"))
-	assert.False(t, s.below("heavy", 1), "alone: never below its share")
-	assert.True(t, s.below("light", 1), "none of one in flight")
-	s.add("light", 1)
-	assert.False(t, s.below("light", 1), "1 of 2 at equal weights: its share")
-	assert.True(t, s.others("heavy"))
-	s.add("heavy", 1)
-	s.add("heavy", 1)
-	assert.True(t, s.below("light", 1), "1 of 4")
-	assert.False(t, s.below("light", 0.25), "at a quarter of the other's weight its share is 0.8 of 4: 1 is over it")
-	assert.True(t, s.below("light", 3), "at weight 3 its share is 3 of 4")
-	s.add("light", 3) // its weight now 3: 2 of 5 against a share of 3.75
-	assert.True(t, s.below("light", 3))
-	assert.False(t, s.below("heavy", 1), "3 of 5 against a share of 1.25")
-	s.remove("light")
-	s.remove("light")
-	s.remove("nobody")
-	assert.False(t, s.below("heavy", 1), "alone again")
+	s := NewTenantShares()
+	assert.False(t, s.Below("light", 1), "nobody in flight")
+	assert.False(t, s.Others("light"))
+	s.Add("heavy", 1)
+	assert.False(t, s.Others("heavy"))
+	assert.True(t, s.Others("light"))
+	assert.False(t, s.Below("heavy", 1), "alone: never below its share")
+	assert.True(t, s.Below("light", 1), "none of one in flight")
+	s.Add("light", 1)
+	assert.False(t, s.Below("light", 1), "1 of 2 at equal weights: its share")
+	assert.True(t, s.Others("heavy"))
+	s.Add("heavy", 1)
+	s.Add("heavy", 1)
+	assert.True(t, s.Below("light", 1), "1 of 4")
+	assert.False(t, s.Below("light", 0.25), "at a quarter of the other's weight its share is 0.8 of 4: 1 is over it")
+	assert.True(t, s.Below("light", 3), "at weight 3 its share is 3 of 4")
+	s.Add("light", 3) // its weight now 3: 2 of 5 against a share of 3.75
+	assert.True(t, s.Below("light", 3))
+	assert.False(t, s.Below("heavy", 1), "3 of 5 against a share of 1.25")
+	s.Remove("light")
+	s.Remove("light")
+	s.Remove("nobody")
+	assert.False(t, s.Below("heavy", 1), "alone again")
 	assert.Equal(t, 3, s.total)
 	assert.InDelta(t, 1, s.weights, 1e-9)
 	for range 3 {
-		s.remove("heavy")
+		s.Remove("heavy")
 	}
 	assert.Zero(t, s.total)
 	assert.Zero(t, s.weights)
@@ -43,7 +43,7 @@ func TestTenantShares(t *testing.T) {
 
 // The running sums answer as a count over every tenant would.
 func TestTenantSharesAgreeWithACount(t *testing.T) {
-	s := newTenantShares()
+	s := NewTenantShares()
 	n, w := map[string]int{}, map[string]float64{}
 	count := func(tenant string, weight float64) bool {
 		total, weights, others := 0, shareWeight(weight), false
@@ -60,17 +60,17 @@ func TestTenantSharesAgreeWithACount(t *testing.T) {
 		tenant := fmt.Sprintf("t%d", (i*7)%13)
 		weight := float64(1 + (i*3)%5)
 		if i%3 == 2 && n[tenant] > 0 {
-			s.remove(tenant)
+			s.Remove(tenant)
 			if n[tenant]--; n[tenant] == 0 {
 				delete(n, tenant)
 				delete(w, tenant)
 			}
 		} else {
-			s.add(tenant, weight)
+			s.Add(tenant, weight)
 			n[tenant]++
 			w[tenant] = weight
 		}
 		probe := fmt.Sprintf("t%d", i%14)
-		assert.Equal(t, count(probe, 2), s.below(probe, 2), "step %d, tenant %s", i, probe)
+		assert.Equal(t, count(probe, 2), s.Below(probe, 2), "step %d, tenant %s", i, probe)
 	}
 }
