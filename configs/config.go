@@ -285,10 +285,12 @@ type Admission struct {
 	// MaxPendingPrefillAboveShare: a request whose tenant holds at least
 	// its weighted share of the model's requests in flight from this
 	// replica, while another tenant holds some, binds only to a backend
-	// where the prompts this replica sent there and its engine has not yet
-	// taken into a step come to less than this at the backend's measured
-	// prefill rate (with replicas > 1, this replica's part of it), besides
-	// its class's bound. A heavy tenant then hands each engine about one
+	// where the prompts sent there that its engine has not yet taken into
+	// a step come to less than this at the backend's measured prefill
+	// rate, besides its class's bound. With Redis the replicas count their
+	// prompts together there (each tells Redis of the steps it sees); while
+	// Redis fails, or with replicas > 1 and no Redis, each holds its own to
+	// its part. A heavy tenant then hands each engine about one
 	// new prompt a step, so that a lighter tenant's request starts within
 	// a step or two instead of behind the heavy tenant's backlog; the
 	// engines stay as busy and the heavy tenant waits longer in Sluice.

@@ -67,6 +67,10 @@ func (s *breakerSlots) Prefilled(ctx context.Context, pool, backend string, leas
 	return s.call(func() error { return s.next.Prefilled(ctx, pool, backend, leases...) })
 }
 
+func (s *breakerSlots) Stepped(ctx context.Context, pool, backend string, leases ...string) error {
+	return s.call(func() error { return s.next.Stepped(ctx, pool, backend, leases...) })
+}
+
 func (s *breakerSlots) Wait(ctx context.Context, pool string, w admission.Waiting) error {
 	return s.call(func() error { return s.next.Wait(ctx, pool, w) })
 }

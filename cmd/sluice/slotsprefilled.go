@@ -17,7 +17,9 @@ import (
 // Redis stalls. While Run runs, Prefilled queues the leases and returns;
 // Run sends what has queued, one call per backend for all of its leases.
 // Without Run, or with the queue full, Prefilled calls the store itself,
-// as before. The other calls pass through.
+// as before. Stepped (made on the goroutine of the stream that marked an
+// engine step) is queued and sent the same way. The other calls pass
+// through.
 type batchedPrefilled struct {
 	admission.Slots
 	queue   chan prefilledCall
@@ -27,6 +29,7 @@ type batchedPrefilled struct {
 
 type prefilledCall struct {
 	pool, backend string
+	stepped       bool // a Stepped call, not a Prefilled
 	leases        []string
 }
 
@@ -44,14 +47,34 @@ func newBatchedPrefilled(next admission.Slots, onErr func(error)) *batchedPrefil
 // Prefilled queues the call for Run when Run runs and there is room, else
 // makes it.
 func (b *batchedPrefilled) Prefilled(ctx context.Context, pool, backend string, leases ...string) error {
-	if b.running.Load() {
-		select {
-		case b.queue <- prefilledCall{pool: pool, backend: backend, leases: slices.Clone(leases)}:
-			return nil
-		default:
-		}
+	if b.queued(prefilledCall{pool: pool, backend: backend, leases: leases}) {
+		return nil
 	}
 	return b.Slots.Prefilled(ctx, pool, backend, leases...)
+}
+
+// Stepped queues the call for Run when Run runs and there is room, else
+// makes it.
+func (b *batchedPrefilled) Stepped(ctx context.Context, pool, backend string, leases ...string) error {
+	if b.queued(prefilledCall{pool: pool, backend: backend, stepped: true, leases: leases}) {
+		return nil
+	}
+	return b.Slots.Stepped(ctx, pool, backend, leases...)
+}
+
+// queued queues c (with a copy of its leases) for Run, and reports whether
+// it did: Run runs and the queue has room.
+func (b *batchedPrefilled) queued(c prefilledCall) bool {
+	if !b.running.Load() {
+		return false
+	}
+	c.leases = slices.Clone(c.leases)
+	select {
+	case b.queue <- c:
+		return true
+	default:
+		return false
+	}
 }
 
 // Run sends the queued calls until ctx ends, then what is still queued.
@@ -72,14 +95,17 @@ func (b *batchedPrefilled) Run(ctx context.Context) {
 }
 
 // send makes call c with every call queued behind it, one store call per
-// pool and backend.
+// pool, backend and kind.
 func (b *batchedPrefilled) send(c prefilledCall) {
-	type key struct{ pool, backend string }
-	batch := map[key][]string{{c.pool, c.backend}: c.leases}
+	type key struct {
+		pool, backend string
+		stepped       bool
+	}
+	batch := map[key][]string{{c.pool, c.backend, c.stepped}: c.leases}
 	for more := true; more; {
 		select {
 		case c := <-b.queue:
-			k := key{c.pool, c.backend}
+			k := key{c.pool, c.backend, c.stepped}
 			batch[k] = append(batch[k], c.leases...)
 		default:
 			more = false
@@ -87,7 +113,12 @@ func (b *batchedPrefilled) send(c prefilledCall) {
 	}
 	for k, leases := range batch {
 		ctx, cancel := context.WithTimeout(context.Background(), prefilledTimeout)
-		err := b.Slots.Prefilled(ctx, k.pool, k.backend, leases...)
+		var err error
+		if k.stepped {
+			err = b.Slots.Stepped(ctx, k.pool, k.backend, leases...)
+		} else {
+			err = b.Slots.Prefilled(ctx, k.pool, k.backend, leases...)
+		}
 		cancel()
 		if err != nil && b.onErr != nil {
 			b.onErr(err)

@@ -337,17 +337,14 @@ type gate struct {
 	// or its ClassPendingPrefill entry) in seconds (0: off).
 	pendingPrefill [admission.NumClasses]float64
 	unfilled       []bool
-	// With Admission.ReleaseAtStep or AboveSharePrefill, mine holds each
-	// router replica's prompt tokens bound to each worker since its engine
-	// last planned a step (fresh: their sum over the replicas), freshIDs
-	// their requests and freshOf marks them; nil otherwise. replica is the
-	// replica of the request whose room is being asked: as the live
-	// routers, each holds its own prompts to its part of the
-	// AboveSharePrefill bound.
-	mine     [][]int64
+	// With Admission.ReleaseAtStep or AboveSharePrefill, fresh holds the
+	// prompt tokens bound to each worker since its engine last planned a
+	// step, all replicas' (as the live routers count them together in the
+	// shared store), freshIDs their requests and freshOf marks them; nil
+	// otherwise.
+	fresh    []int64
 	freshIDs [][]int32
 	freshOf  []bool
-	replica  int
 
 	// rate is each worker's prefill rate in tokens/s, detour the bound on
 	// a request's extra estimated wait (s; < 0 off), aside the requests
@@ -454,10 +451,7 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 	}
 	if (a.ReleaseAtStep || g.above > 0) && tracks {
 		g.freshIDs, g.freshOf = make([][]int32, n), make([]bool, len(s.reqs))
-		g.mine = make([][]int64, len(s.opts.Pickers))
-		for r := range g.mine {
-			g.mine[r] = make([]int64, n)
-		}
+		g.fresh = make([]int64, n)
 	}
 	if bp := cmp.Or(a.BatchPrefill, DefaultBatchPrefill); bp > 0 && s.batch != nil && s.confined(s.batch.first) {
 		g.batchMax, g.idleMax, g.others = make([]int64, n), make([]int64, n), make([]int, n)
@@ -627,8 +621,8 @@ func (g *gate) bind(id int, now int64) (int, error) {
 	}
 	g.pending[w] += int64(s.reqs[id].PromptTokens)
 	g.unfilled[id] = true
-	if g.mine != nil {
-		g.mine[replica][w] += int64(s.reqs[id].PromptTokens)
+	if g.fresh != nil {
+		g.fresh[w] += int64(s.reqs[id].PromptTokens)
 		g.freshOf[id] = true
 		g.freshIDs[w] = append(g.freshIDs[w], int32(id))
 	}
@@ -646,9 +640,9 @@ func (g *gate) prefilled(id int) {
 		g.unfilled[id] = false
 		g.pending[g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
 	}
-	if g.mine != nil && g.freshOf[id] {
+	if g.fresh != nil && g.freshOf[id] {
 		g.freshOf[id] = false
-		g.mine[id%len(g.mine)][g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
+		g.fresh[g.s.out[id].Worker] -= int64(g.s.reqs[id].PromptTokens)
 	}
 }
 
@@ -827,14 +821,15 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 		// gate (admission.Gate).
 		p := float64(g.pending[w])
 		if g.opts.ReleaseAtStep {
-			p = float64(g.fresh(w))
+			p = float64(g.fresh[w])
 		}
 		if p >= g.s.measuredPrefill(w)*bound && p > 0 {
 			return false
 		}
 		// As the live gate's freshRoom: the prompts its engine has not
-		// had a step to start.
-		if g.tight && g.mine[g.replica][w] > 0 && float64(g.mine[g.replica][w]) >= g.s.measuredPrefill(w)*g.above/float64(len(g.mine)) {
+		// had a step to start, every replica's (the shared store holds
+		// them together).
+		if g.tight && g.fresh[w] > 0 && float64(g.fresh[w]) >= g.s.measuredPrefill(w)*g.above {
 			return false
 		}
 	}
@@ -1017,33 +1012,20 @@ func (g *gate) waiting() int {
 // Admission.ReleaseAtStep the prompts bound to it before no longer count
 // toward its prefill bound.
 func (g *gate) stepped(w int) {
-	if g.mine == nil {
+	if g.fresh == nil {
 		return
 	}
 	for _, id := range g.freshIDs[w] {
 		g.freshOf[id] = false
 	}
 	g.freshIDs[w] = g.freshIDs[w][:0]
-	for r := range g.mine {
-		g.mine[r][w] = 0
-	}
-}
-
-// fresh is worker w's prompt tokens bound since its engine last planned a
-// step, all replicas'.
-func (g *gate) fresh(w int) int64 {
-	var n int64
-	for _, m := range g.mine {
-		n += m[w]
-	}
-	return n
+	g.fresh[w] = 0
 }
 
 // markShare sets loose and tight for request id (unset them after).
 func (g *gate) markShare(id int) {
 	g.loose = g.opts.BelowSharePrefill > 0 && g.belowShare(id)
 	g.tight = g.above > 0 && !g.loose && g.aboveShare(id)
-	g.replica = id % len(g.s.opts.Pickers)
 }
 
 // aboveShare reports whether request id's tenant holds at least its

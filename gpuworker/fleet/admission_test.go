@@ -390,17 +390,19 @@ func TestAdmissionAboveSharePrefill(t *testing.T) {
 	assert.Less(t, on.Seconds(), off.Seconds()/2)
 }
 
-// With three router replicas each holds its own prompts to its third of
-// AboveSharePrefill, as the live routers do, and one prompt always passes:
-// three may hand an engine three prompts a step, and the light tenant's
-// tail is longer than behind one replica (live, 3 replicas sharing Redis
-// on Poisson load: p99 423 and 482 ms against one replica's 227).
-func TestAdmissionAboveSharePrefillPerReplica(t *testing.T) {
+// With three router replicas the prompts each sent that an engine has not
+// started count together, as the shared store counts them live, so that
+// three replicas hand an engine about one prompt a step as one does, and
+// the light tenant's tail is about one replica's. (Each holding its own
+// to a third, one prompt always passing, the three handed engines up to
+// three prompts a step: light p99 470 and 411 ms on Poisson seeds 2 and 3
+// against one replica's 245 and 252 ms; live 423 and 482 against 227.)
+func TestAdmissionAboveSharePrefillAcrossReplicas(t *testing.T) {
 	run1, q := twoTenantRun(t, 1)
 	run3, _ := twoTenantRun(t, 3)
 	one, three := q(run1(&Admission{}), "light", 0.99), q(run3(&Admission{}), "light", 0.99)
 	t.Logf("light p99 %v behind one replica, %v behind three", one, three)
-	assert.Greater(t, three, one)
+	assert.Less(t, three.Seconds(), 1.2*one.Seconds())
 }
 
 // twoTenantRun returns a run of 3,000 Poisson requests at 1.3x capacity

@@ -107,8 +107,15 @@ type Options struct {
 	// another tenant holds some, binds only where this replica's prompts
 	// not yet taken into an engine step (sent since the endpoint's last
 	// step mark, backends.Endpoint.FreshPromptTokens, or bound and not
-	// yet sent) are under this at the measured prefill rate (its part of
-	// it with Replicas), besides its class's bound: a heavy tenant then
+	// yet sent) are under this at the measured prefill rate, besides its
+	// class's bound. With Shared (and a class's MaxPendingPrefill) the
+	// replicas hold it together: each lease's prompt counts in the store as
+	// fresh until its replica sees the step that takes it up (Stepped),
+	// and a lease held to the bound is refused (FreshFull) while the
+	// backend's fresh prompts, all replicas', are at it; each holding its
+	// own to a part (as it does while the store fails), three replicas
+	// handed an engine up to three prompts a step, and a light tenant's
+	// p99 TTFT was twice one replica's. A heavy tenant then
 	// keeps each engine's queue of prompts it has not started to about
 	// one prompt a step, so that a lighter tenant's request, which the
 	// queue's fair order binds first, starts within a step or two rather
@@ -241,10 +248,15 @@ type Gate struct {
 	// Kept only with those bounds (tracksPending).
 	unstarted map[*backends.Endpoint]int64
 	full      map[*backends.Endpoint][NumClasses]time.Time // shared store said full to a class, until
+	// freshFull holds the endpoints whose fresh prompts the shared store
+	// said were at AboveSharePrefill, with their step marks then: until
+	// their next mark, a word that they have room (Room) or Patience,
+	// requests held to that bound do not ask them again.
+	freshFull map[*backends.Endpoint]freshMark
 	// handing holds, per endpoint, the started tickets whose leases carry
 	// their prompts in the shared store, with the endpoint's step marks
 	// when each started: a later mark hands the prompt to the engine
-	// (Stepped). Kept only when handsShared.
+	// (Stepped). Kept only when handsSteps.
 	handing map[*backends.Endpoint]map[*Ticket]uint64
 	scratch []*backends.Endpoint
 	// orphans are leases whose Acquire failed (a deadline, say) after the
@@ -306,7 +318,7 @@ func NewGate(pool *backends.Pool, picker policies.Picker, o Options) (*Gate, err
 	}
 	g := &Gate{pool: pool, picker: picker, o: o, q: NewQueue(o.QueueSize), prefix: hex.EncodeToString(b[:]) + "-",
 		granted: map[*backends.Endpoint]int{}, others: map[*backends.Endpoint]int{}, unstarted: map[*backends.Endpoint]int64{}, full: map[*backends.Endpoint][NumClasses]time.Time{},
-		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, now: time.Now, counts: new([NumClasses]classCounters)}
+		handing: map[*backends.Endpoint]map[*Ticket]uint64{}, freshFull: map[*backends.Endpoint]freshMark{}, now: time.Now, counts: new([NumClasses]classCounters)}
 	if o.BelowSharePrefill > 0 && o.Shared == nil || o.BelowShareDetour > 0 || o.AboveSharePrefill > 0 { // BelowSharePrefill is one replica's: see configs.Admission
 		g.tenants = NewTenantShares()
 	}
@@ -638,6 +650,9 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		if !loose && g.isFull(e, r.Class, now) {
 			continue
 		}
+		if above && g.isFreshFull(e, now) {
+			continue
+		}
 		if g.hasRoom(e, bound) && (!above || g.freshRoom(e)) && g.batchFits(e, batch, routing) && !contains(exclude, e) {
 			room = append(room, e)
 		}
@@ -653,16 +668,24 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 	if len(room) == 0 {
 		return nil, "", ErrNoRoom
 	}
-	ep, err := g.picker.Pick(ctx, routing, room)
-	if err != nil {
-		return nil, "", err
-	}
+	var ep *backends.Endpoint
 	lease := ""
-	if b := g.o.Budget(ep); g.o.Shared != nil && (b > 0 || g.sharesPrefill()) {
+	for {
+		var err error
+		if ep, err = g.picker.Pick(ctx, routing, room); err != nil {
+			return nil, "", err
+		}
+		b := g.o.Budget(ep)
+		if g.o.Shared == nil || (b <= 0 && !g.sharesPrefill()) {
+			break
+		}
 		l := g.lease(ep, b, r, bound, since, now)
+		if above && g.stepsSeen(ep) {
+			l.MaxFresh = max(int64(ep.PrefillTokensPerSec()*g.o.AboveSharePrefill.Seconds()), 1) // one at a time before a measurement
+		}
 		lease = l.ID
 		var grant Grant
-		err := g.shared(func(sctx context.Context) (err error) {
+		err = g.shared(func(sctx context.Context) (err error) {
 			grant, err = g.o.Shared.Acquire(sctx, l)
 			return err
 		})
@@ -670,7 +693,8 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		case err != nil: // the store failed: admit within this replica's share
 			g.orphanLocked(ep, lease) // the store may have granted it all the same
 			lease = ""
-			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas, bound) {
+			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas, bound) ||
+				above && !g.freshRoomOf(ep, g.o.Replicas) {
 				if !loose {
 					g.markFull(ep, r.Class, now.Add(g.o.Patience))
 				}
@@ -681,12 +705,20 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 				g.counts[r.Class].behind.Add(1)
 			}
 			return nil, "", errBehind
+		case grant == FreshFull: // full to this request alone: ask the others with room
+			g.freshFull[ep] = freshMark{steps: ep.StepMarks(), until: now.Add(g.o.Patience)}
+			lease = ""
+			if room = slices.DeleteFunc(room, func(e *backends.Endpoint) bool { return e == ep }); len(room) == 0 {
+				return nil, "", ErrNoRoom
+			}
+			continue
 		case grant != Granted:
 			if !loose {
 				g.markFull(ep, r.Class, now.Add(g.o.Patience))
 			}
 			return nil, "", ErrNoRoom
 		}
+		break
 	}
 	g.granted[ep]++
 	if g.tenants != nil {
@@ -724,6 +756,9 @@ func (g *Gate) lease(ep *backends.Endpoint, b int, r *Request, bound time.Durati
 		l.MaxPrompt = max(int64(rate*bound.Seconds()), 1) // one at a time before a measurement
 	}
 	l.Prompt = max(promptOf(routing), 1)
+	// While this replica reads steps (MarksSteps) its prompts count as
+	// fresh until the step that takes them up (Stepped).
+	l.Fresh = g.o.AboveSharePrefill > 0 && g.several.Load()
 	if routing != nil && !routing.Stream {
 		if rate <= 0 {
 			// As backends.Endpoint.StartWhole: with no measured rate yet an
@@ -804,9 +839,46 @@ func (g *Gate) aboveShareLocked(r *Request) bool {
 // no stream has marked a step lately (answers that come whole, or streams
 // begun while one tenant was in flight) the rule cannot tell a prompt in
 // a step from one queued, and does not hold the request back.
+// With the shared store the replicas hold the bound together there (this
+// replica's own prompts alone filling it is a short cut).
 func (g *Gate) freshRoom(e *backends.Endpoint) bool {
-	return g.now().Sub(e.LastStepMark()) > stepsUnseen ||
-		g.underBound(e, e.FreshPromptTokens(), g.o.Replicas, g.o.AboveSharePrefill)
+	share := g.o.Replicas
+	if g.sharesPrefill() {
+		share = 1
+	}
+	return g.freshRoomOf(e, share)
+}
+
+// freshRoomOf is freshRoom with this replica holding to 1/share of the
+// bound.
+func (g *Gate) freshRoomOf(e *backends.Endpoint, share int) bool {
+	return !g.stepsSeen(e) || g.underBound(e, e.FreshPromptTokens(), share, g.o.AboveSharePrefill)
+}
+
+// stepsSeen reports whether a stream marked one of e's engine steps
+// lately (stepsUnseen).
+func (g *Gate) stepsSeen(e *backends.Endpoint) bool {
+	return g.now().Sub(e.LastStepMark()) <= stepsUnseen
+}
+
+// freshMark is when the shared store said an endpoint's fresh prompts
+// were at AboveSharePrefill: its step marks then, and until when to
+// believe it without a word of room (Patience).
+type freshMark struct {
+	steps uint64
+	until time.Time
+}
+
+// isFreshFull reports whether the shared store said e's fresh prompts were
+// at AboveSharePrefill since its last step mark and word of room, less than
+// Patience before now.
+func (g *Gate) isFreshFull(e *backends.Endpoint, now time.Time) bool {
+	m, ok := g.freshFull[e]
+	if ok && (m.steps != e.StepMarks() || !now.Before(m.until)) {
+		delete(g.freshFull, e)
+		return false
+	}
+	return ok
 }
 
 // errDetour is bindLocked's answer when endpoints have room for r but
@@ -1323,7 +1395,7 @@ func (t *Ticket) Release() {
 	}
 	t.released = true
 	t.Started() // if it never started, its prompt leaves the count
-	if t.g.handsShared() {
+	if t.g.handsSteps() {
 		t.g.mu.Lock()
 		t.g.unhandLocked(t)
 		t.g.mu.Unlock()
@@ -1342,7 +1414,7 @@ func (t *Ticket) Started() {
 	g := t.g
 	g.mu.Lock()
 	g.startedLocked(t.ep, t.prompt)
-	if g.handsShared() && !t.released && t.lease != "" && !t.prefilled.Load() {
+	if g.handsSteps() && !t.released && t.lease != "" && !t.prefilled.Load() {
 		h := g.handing[t.ep]
 		if h == nil {
 			h = map[*Ticket]uint64{}
@@ -1356,6 +1428,17 @@ func (t *Ticket) Started() {
 // handsShared reports whether a step mark ends the prompts' count in the
 // shared store (PendingUntilStep with Shared).
 func (g *Gate) handsShared() bool { return g.untilStep() && g.o.Shared != nil }
+
+// handsFresh reports whether a step mark ends the prompts' fresh count in
+// the shared store, where the replicas hold AboveSharePrefill together
+// (their pending count ends at the first token).
+func (g *Gate) handsFresh() bool {
+	return g.o.AboveSharePrefill > 0 && g.sharesPrefill() && !g.o.PendingUntilStep
+}
+
+// handsSteps reports whether the gate tells the shared store of the
+// prompts each step mark hands an engine (handsShared or handsFresh).
+func (g *Gate) handsSteps() bool { return g.handsShared() || g.handsFresh() }
 
 // unhandLocked forgets t's place in handing.
 func (g *Gate) unhandLocked(t *Ticket) {
@@ -1517,6 +1600,11 @@ func (g *Gate) Room(address string) {
 			delete(g.full, e)
 		}
 	}
+	for e := range g.freshFull {
+		if e.Address() == address {
+			delete(g.freshFull, e)
+		}
+	}
 	if g.q.Len()+len(g.aside)+len(g.rebinds) > 0 {
 		g.dispatchLocked()
 	}
@@ -1525,15 +1613,17 @@ func (g *Gate) Room(address string) {
 // Stepped tells the gate that a stream relayed from ep marked an engine
 // step that handed the engine the prompts sent there before it
 // (backends.StepReader.Read reported so). With a shared store the leases
-// of this replica's prompts sent before the mark stop carrying them, in
-// one call, so the replicas' common bound frees at the step as this
+// of this replica's prompts sent before the mark stop carrying them (as
+// pending with PendingUntilStep, else as fresh, for AboveSharePrefill),
+// in one call, so the replicas' common bound frees at the step as this
 // replica's own count does; then the requests waiting here look for the
 // room at once (Room). The call is made on the goroutine of the stream
 // that marked the step, after its bytes were relayed; when it fails, each
 // prompt's count in the store ends at its first token instead (or with
 // its lease).
 func (g *Gate) Stepped(ep *backends.Endpoint) {
-	if g.handsShared() {
+	if g.handsSteps() {
+		pending := g.handsShared() // else the prompts stay pending, no longer fresh
 		g.mu.Lock()
 		mark := ep.StepMarks()
 		var handed []*Ticket
@@ -1543,12 +1633,17 @@ func (g *Gate) Stepped(ep *backends.Endpoint) {
 				continue // sent after the mark: the engine's next step takes it up
 			}
 			g.unhandLocked(t)
-			if t.prefilled.CompareAndSwap(false, true) {
+			if !pending {
+				leases = append(leases, t.lease)
+			} else if t.prefilled.CompareAndSwap(false, true) {
 				handed, leases = append(handed, t), append(leases, t.lease)
 			}
 		}
 		g.mu.Unlock()
-		if len(leases) > 0 {
+		if len(leases) > 0 && !pending {
+			// When it fails, the fresh count ends at the first token.
+			_ = g.shared(func(ctx context.Context) error { return g.o.Shared.Stepped(ctx, g.o.Pool, ep.Address(), leases...) })
+		} else if len(leases) > 0 {
 			err := g.shared(func(ctx context.Context) error { return g.o.Shared.Prefilled(ctx, g.o.Pool, ep.Address(), leases...) })
 			if err != nil {
 				for _, t := range handed {

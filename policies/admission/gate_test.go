@@ -734,6 +734,7 @@ func (s behindSlots) Acquire(_ context.Context, l admission.Lease) (admission.Gr
 }
 func (behindSlots) Release(context.Context, string, string, string) error      { return nil }
 func (behindSlots) Prefilled(context.Context, string, string, ...string) error { return nil }
+func (behindSlots) Stepped(context.Context, string, string, ...string) error   { return nil }
 func (behindSlots) Wait(context.Context, string, admission.Waiting) error      { return nil }
 func (behindSlots) Unwait(context.Context, string, admission.Waiting) error    { return nil }
 func (behindSlots) Beat(context.Context, string, string) error                 { return nil }

@@ -25,10 +25,14 @@ type Slots interface {
 	Acquire(ctx context.Context, l Lease) (Grant, error)
 	// Release frees a lease (and its pending prompt).
 	Release(ctx context.Context, pool, backend, lease string) error
-	// Prefilled ends the pending prompts of leases on backend, in one
-	// round trip: each request has its first token, or its backend's
-	// engine has taken its prompt up (Options.PendingUntilStep).
+	// Prefilled ends the pending prompts of leases on backend (fresh or
+	// not), in one round trip: each request has its first token, or its
+	// backend's engine has taken its prompt up (Options.PendingUntilStep).
 	Prefilled(ctx context.Context, pool, backend string, leases ...string) error
+	// Stepped ends the fresh prompts (Lease.Fresh) of leases on backend,
+	// in one round trip: its engine has taken them into a step, and they
+	// stay pending until Prefilled.
+	Stepped(ctx context.Context, pool, backend string, leases ...string) error
 	// Wait records that w waits on pool; Unwait removes it.
 	Wait(ctx context.Context, pool string, w Waiting) error
 	Unwait(ctx context.Context, pool string, w Waiting) error
@@ -61,6 +65,9 @@ const (
 	// Behind: requests that came first wait on other replicas; this one
 	// waits its turn, whatever the backend.
 	Behind
+	// FreshFull: the backend's fresh prompts are at the lease's MaxFresh;
+	// it has room for requests not held to that bound.
+	FreshFull
 )
 
 // Lease is one Slots.Acquire.
@@ -97,4 +104,11 @@ type Lease struct {
 	// whole, which has no first token to wait for), whichever is first.
 	MaxPrompt, Prompt int64
 	PromptUntil       time.Time
+	// Fresh counts Prompt as fresh too, not yet taken into an engine
+	// step, until Stepped (or whatever ends it as pending). MaxFresh, when
+	// positive, refuses the lease (FreshFull) while the backend has live
+	// leases whose fresh prompts add up to at least MaxFresh tokens
+	// (Options.AboveSharePrefill over all replicas).
+	Fresh    bool
+	MaxFresh int64
 }

@@ -21,17 +21,19 @@ import (
 // request's class and tenant, KEYS[4] the set of tenants that may have
 // requests waiting at the request's class and tier priority, KEYS[5] the
 // weighted tokens served there per tenant (field "\0v": the virtual time,
-// where service had got to), KEYS[6..] the wait sets of the better
-// classes. ARGV: budget, lease, now_ms, expiry_ms, patience_cutoff_ms,
-// key_ttl_ms, max_prompt, prompt, prompt_until_ms, arrival_cutoff_ms,
-// tenant, cost, the prefix of the class's tenant wait sets, the score
-// below which the class's waiting requests are gone, the prefix of the
-// replicas' alive keys, then per better class's wait set the score below
-// which its requests are gone. A waiting request whose id is
+// where service had got to), KEYS[6] the backend's fresh prompts (as
+// KEYS[2]), KEYS[7..] the wait sets of the better classes. ARGV: budget,
+// lease, now_ms, expiry_ms, patience_cutoff_ms, key_ttl_ms, max_prompt,
+// prompt, prompt_until_ms, arrival_cutoff_ms, tenant, cost, the prefix of
+// the class's tenant wait sets, the score below which the class's waiting
+// requests are gone, the prefix of the replicas' alive keys, max_fresh,
+// fresh ("1": the prompt counts as fresh too), then per better class's
+// wait set the score below which its requests are gone. A waiting request whose id is
 // "REPLICA-..." counts only while REPLICA's alive key lives (Wait and Beat
 // set it); the script drops those it finds dead.
 // Returns 1 when the lease was taken, 0 when the backend is full, 2 when
-// requests that go first wait elsewhere.
+// requests that go first wait elsewhere, 3 when its fresh prompts are at
+// max_fresh.
 const acquireScript = `
 local now = tonumber(ARGV[3])
 local function live(id)
@@ -54,8 +56,8 @@ local function waits(k, hi)
   end
   return true
 end
-for i = 6, #KEYS do
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[10 + i])
+for i = 7, #KEYS do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[11 + i])
   if waits(KEYS[i], ARGV[5]) then
     return 2
   end
@@ -88,35 +90,47 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   for i = 1, #expired, 500 do
-    redis.call('HDEL', KEYS[2], unpack(expired, i, math.min(i + 499, #expired)))
+    local ids = {unpack(expired, i, math.min(i + 499, #expired))}
+    redis.call('HDEL', KEYS[2], unpack(ids))
+    redis.call('HDEL', KEYS[6], unpack(ids))
   end
 end
 local held = redis.call('ZCARD', KEYS[1])
 if held >= tonumber(ARGV[1]) then
   return 0
 end
-local maxp = tonumber(ARGV[7])
-if maxp > 0 and held > 0 then
-  local kv = redis.call('HGETALL', KEYS[2])
+local function prompts(k)
+  local kv = redis.call('HGETALL', k)
   local sum = 0
   for j = 1, #kv, 2 do
     local v = kv[j + 1]
     local sep = string.find(v, ':', 1, true)
     if tonumber(string.sub(v, sep + 1)) <= now then
-      redis.call('HDEL', KEYS[2], kv[j])
+      redis.call('HDEL', k, kv[j])
     else
       sum = sum + tonumber(string.sub(v, 1, sep - 1))
     end
   end
-  if sum >= maxp then
-    return 0
-  end
+  return sum
+end
+local maxp = tonumber(ARGV[7])
+if maxp > 0 and held > 0 and prompts(KEYS[2]) >= maxp then
+  return 0
+end
+local maxf = tonumber(ARGV[16])
+if maxf > 0 and held > 0 and prompts(KEYS[6]) >= maxf then
+  return 3
 end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 if tonumber(ARGV[8]) > 0 then
-  redis.call('HSET', KEYS[2], ARGV[2], ARGV[8] .. ':' .. ARGV[9])
+  local v = ARGV[8] .. ':' .. ARGV[9]
+  redis.call('HSET', KEYS[2], ARGV[2], v)
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
+  if ARGV[17] == '1' then
+    redis.call('HSET', KEYS[6], ARGV[2], v)
+    redis.call('PEXPIRE', KEYS[6], ARGV[6])
+  end
 end
 if cost > 0 then
   redis.call('HSET', KEYS[5], '\0v', string.format('%.17g', mine), ARGV[11], string.format('%.17g', mine + cost))
@@ -175,6 +189,12 @@ func (s *Slots) prompts(pool, backend string) string {
 	return s.prefix + ":adm:{" + pool + "}:pp:" + backend
 }
 
+// fresh holds the backend's fresh prompts (Lease.Fresh), as prompts does
+// its pending ones.
+func (s *Slots) fresh(pool, backend string) string {
+	return s.prefix + ":adm:{" + pool + "}:fp:" + backend
+}
+
 func (s *Slots) waiting(pool string, c admission.Class) string {
 	return s.prefix + ":adm:{" + pool + "}:wait:" + c.String()
 }
@@ -213,9 +233,10 @@ func (s *Slots) served(pool string, c admission.Class, p int) string {
 // Acquire implements admission.Slots.
 func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
 	ms := l.Now.UnixMilli()
-	keys := make([]string, 5, 5+int(l.Class))
+	keys := make([]string, 6, 6+int(l.Class))
 	keys[0], keys[1], keys[2] = s.leases(l.Pool, l.Backend), s.prompts(l.Pool, l.Backend), s.waitingTenant(l.Pool, l.Class, l.Tenant)
 	keys[3], keys[4] = s.tenantsWaiting(l.Pool, l.Class, l.TierPriority), s.served(l.Pool, l.Class, l.TierPriority)
+	keys[5] = s.fresh(l.Pool, l.Backend)
 	// A request waits at most its class's MaxWait (the lease's TTL when
 	// none is given); one older is gone.
 	gone := func(c admission.Class) int64 {
@@ -235,10 +256,14 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 	if !l.Since.IsZero() {
 		since = l.Since.UnixMilli()
 	}
+	fresh := "0"
+	if l.Fresh {
+		fresh = "1"
+	}
 	args := append([]any{l.Budget, l.ID, ms, expiry, ms - l.Patience.Milliseconds(), l.TTL.Milliseconds(),
 		max(l.MaxPrompt, 0), max(l.Prompt, 0), until, since - l.Patience.Milliseconds(),
 		l.Tenant, strconv.FormatFloat(max(l.Cost, 0), 'g', -1, 64), s.waitingTenant(l.Pool, l.Class, ""), gone(l.Class),
-		s.alive(l.Pool, "")}, trims...)
+		s.alive(l.Pool, ""), max(l.MaxFresh, 0), fresh}, trims...)
 	v, err := s.acquire.Run(ctx, s.client, keys, args...).Int()
 	switch {
 	case err != nil:
@@ -250,6 +275,8 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 		return admission.Granted, nil
 	case v == 2:
 		return admission.Behind, nil
+	case v == 3:
+		return admission.FreshFull, nil
 	}
 	return admission.Full, nil
 }
@@ -264,6 +291,7 @@ func (s *Slots) Release(ctx context.Context, pool, backend, lease string) error 
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, s.leases(pool, backend), lease)
 		p.HDel(ctx, s.prompts(pool, backend), lease)
+		p.HDel(ctx, s.fresh(pool, backend), lease)
 		p.Publish(ctx, s.roomChannel(), pool+"\x00"+backend)
 		return nil
 	})
@@ -354,6 +382,7 @@ func (s *Slots) Prefilled(ctx context.Context, pool, backend string, leases ...s
 	}
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, s.prompts(pool, backend), leases...)
+		p.HDel(ctx, s.fresh(pool, backend), leases...)
 		p.Publish(ctx, s.roomChannel(), pool+"\x00"+backend)
 		return nil
 	})
@@ -363,11 +392,27 @@ func (s *Slots) Prefilled(ctx context.Context, pool, backend string, leases ...s
 	return nil
 }
 
-// roomChannel is where Release and Prefilled say that a backend has more
-// room.
+// Stepped implements admission.Slots; it tells the replicas' Watch.
+func (s *Slots) Stepped(ctx context.Context, pool, backend string, leases ...string) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, s.fresh(pool, backend), leases...)
+		p.Publish(ctx, s.roomChannel(), pool+"\x00"+backend)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redisslots: stepped: %w", err)
+	}
+	return nil
+}
+
+// roomChannel is where Release, Prefilled and Stepped say that a backend
+// has more room.
 func (s *Slots) roomChannel() string { return s.prefix + ":adm:room" }
 
-// Watch calls room(pool, backend) for every Release and Prefilled of any
+// Watch calls room(pool, backend) for every Release, Prefilled and Stepped of any
 // replica (this one's too), so that requests waiting on every replica look
 // at once for the room freed, not at their next look; without it the
 // replica where room freed took it every time. It returns when ctx ends
@@ -477,7 +522,18 @@ func (s *Slots) Load(ctx context.Context) error {
 // PendingPrompt is the prompt tokens the leases on backend hold pending
 // (expired ones included until the next Acquire there drops them).
 func (s *Slots) PendingPrompt(ctx context.Context, pool, backend string) (int64, error) {
-	vals, err := s.client.HVals(ctx, s.prompts(pool, backend)).Result()
+	return s.sum(ctx, s.prompts(pool, backend))
+}
+
+// FreshPrompt is the prompt tokens the leases on backend hold fresh
+// (Lease.Fresh; expired ones included as in PendingPrompt).
+func (s *Slots) FreshPrompt(ctx context.Context, pool, backend string) (int64, error) {
+	return s.sum(ctx, s.fresh(pool, backend))
+}
+
+// sum adds up the tokens of a hash of prompts ("tokens:until_ms").
+func (s *Slots) sum(ctx context.Context, key string) (int64, error) {
+	vals, err := s.client.HVals(ctx, key).Result()
 	if err != nil {
 		return 0, err
 	}
@@ -486,7 +542,7 @@ func (s *Slots) PendingPrompt(ctx context.Context, pool, backend string) (int64,
 		tokens, _, _ := strings.Cut(v, ":")
 		n, err := strconv.ParseInt(tokens, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("redisslots: pending prompt %q: %w", v, err)
+			return 0, fmt.Errorf("redisslots: prompt %q: %w", v, err)
 		}
 		sum += n
 	}

@@ -131,6 +131,59 @@ func TestAcquireHoldsThePendingPromptsAcrossCallers(t *testing.T) {
 	assert.EqualValues(t, 500, pending())
 }
 
+// Fresh prompts (not yet in an engine step) count apart from pending ones:
+// a lease held to MaxFresh is refused (FreshFull, not Full) while the
+// backend's fresh prompts over all callers are at it, until Stepped ends
+// them as fresh (they stay pending) or Prefilled or Release ends them; a
+// lease without MaxFresh is not held by them, and one without Fresh does
+// not count in them.
+func TestAcquireHoldsTheFreshPromptsAcrossCallers(t *testing.T) {
+	s := newSlots(t)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	acquire := func(id string, prompt, maxFresh int64, fresh bool) admission.Grant {
+		t.Helper()
+		l := lease(10, admission.Default, id, now)
+		l.MaxPrompt, l.Prompt, l.Fresh, l.MaxFresh = 1000, prompt, fresh, maxFresh
+		g, err := s.Acquire(ctx, l)
+		require.NoError(t, err)
+		return g
+	}
+	sums := func() (pending, fresh int64) {
+		t.Helper()
+		pending, err := s.PendingPrompt(ctx, "m", "b1")
+		require.NoError(t, err)
+		fresh, err = s.FreshPrompt(ctx, "m", "b1")
+		require.NoError(t, err)
+		return pending, fresh
+	}
+	assert.Equal(t, admission.Granted, acquire("a", 30, 20, true), "an idle backend takes a prompt over the bound")
+	assert.Equal(t, admission.FreshFull, acquire("b", 10, 20, true), "30 fresh, bound 20")
+	assert.Equal(t, admission.Granted, acquire("c", 10, 0, true), "not held to the bound, it counts")
+	assert.Equal(t, admission.Granted, acquire("d", 50, 0, false), "pending, not fresh")
+	p, f := sums()
+	assert.EqualValues(t, 90, p)
+	assert.EqualValues(t, 40, f)
+	require.NoError(t, s.Stepped(ctx, "m", "b1", "a"))
+	p, f = sums()
+	assert.EqualValues(t, 90, p, "a step ends a prompt's fresh count, not its pending one")
+	assert.EqualValues(t, 10, f)
+	assert.Equal(t, admission.Granted, acquire("e", 15, 20, true), "10 fresh, under 20")
+	assert.Equal(t, admission.FreshFull, acquire("f", 1, 20, true), "25 fresh")
+	require.NoError(t, s.Prefilled(ctx, "m", "b1", "c"))
+	require.NoError(t, s.Release(ctx, "m", "b1", "e"))
+	p, f = sums()
+	assert.EqualValues(t, 80, p)
+	assert.Zero(t, f, "a first token or a release ends the fresh count too")
+	assert.Equal(t, admission.Granted, acquire("g", 1, 20, true))
+	// An expired lease takes its fresh prompt with it.
+	l := lease(10, admission.Default, "h", now.Add(2*time.Minute))
+	l.Prompt, l.MaxFresh = 1, 1
+	g, err := s.Acquire(ctx, l)
+	require.NoError(t, err)
+	assert.Equal(t, admission.Granted, g)
+}
+
 // Within a class and tenant a request does not start while one that came
 // more than patience before it waits on another replica; other tenants and
 // better classes are not held back by it, and a full backend is told

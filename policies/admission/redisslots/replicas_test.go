@@ -589,3 +589,124 @@ func TestAClassWithoutAPrefillBoundIsNotHeldByTheStore(t *testing.T) {
 		tk.Release()
 	}
 }
+
+// Three replicas hold AboveSharePrefill together: a tenant over its share
+// beside another binds only while the prompts all replicas sent the
+// backend that its engine has not yet taken into a step are under the
+// bound (20 ms, 20 tokens, here). Each holding its own to a third, one
+// prompt always passing, every replica would send one: three prompts
+// queued a step where the bound fits one. A step mark the sending replica
+// sees frees the room for the others, though the prompt stays pending
+// until its first token.
+func TestReplicasHoldTheAboveShareBoundTogether(t *testing.T) {
+	store := newSlots(t)
+	const addr = "http://10.0.0.12:8000"
+	above := func(o *admission.Options) { o.AboveSharePrefill = 20 * time.Millisecond }
+	ctx := context.Background()
+	type replica struct {
+		g     *admission.Gate
+		e     *backends.Endpoint
+		steps *backends.StepReader
+		held  []*admission.Ticket
+		atts  []backends.Attempt
+	}
+	of := func(tenant string, prompt int) admission.Request {
+		r := stream(prompt)
+		r.Tenant, r.Tokens = tenant, int64(prompt)
+		return r
+	}
+	rs := make([]*replica, 3)
+	for i := range rs {
+		r := &replica{g: sharedGate(t, store, addr, 20, 10*time.Millisecond, 100*time.Millisecond, above)}
+		// Each replica relays a stream from the backend, which marks its
+		// engine's steps, and has the heavy tenant over its share: two of
+		// its requests in flight beside one of the light tenant's.
+		for _, tenant := range []string{"heavy", "heavy", "light"} {
+			req := of(tenant, 1)
+			if tenant == "heavy" {
+				req.Tokens = 1000 // served ten times the light tenant's tokens and more
+			} else {
+				req.Tokens = 100
+			}
+			tk, err := r.g.Admit(ctx, req)
+			require.NoError(t, err, "replica %d: %s", i, tenant)
+			r.e = tk.Endpoint()
+			att := r.e.Start(1, 2)
+			tk.Started()
+			att.FirstToken(time.Millisecond)
+			tk.Prefilled()
+			r.held, r.atts = append(r.held, tk), append(r.atts, att)
+		}
+		require.True(t, r.g.MarksSteps(), "replica %d: two tenants in flight", i)
+		r.steps = r.e.StepReader()
+		require.False(t, r.steps.Read(), "the stream's first read is of the step already marked")
+		require.False(t, r.steps.Read(), "its next marks a step, with no prompt to hand the engine")
+		rs[i] = r
+	}
+	fresh := func() int64 {
+		n, err := store.FreshPrompt(ctx, "m", addr)
+		require.NoError(t, err)
+		return n
+	}
+	// Replica 0 sends the heavy tenant's 30-token prompt.
+	first, err := rs[0].g.Admit(ctx, of("heavy", 30))
+	require.NoError(t, err, "no fresh prompt: one passes")
+	firstAtt := rs[0].e.Start(30, 31)
+	first.Started()
+	require.EqualValues(t, 30, fresh())
+	// The other two replicas' heavy requests wait, though neither sent a
+	// fresh prompt itself.
+	waits := []<-chan admitted{admitLater(t, rs[1].g, of("heavy", 30)), admitLater(t, rs[2].g, of("heavy", 30))}
+	time.Sleep(100 * time.Millisecond) // ten looks for room each
+	for i, r := range rs[1:] {
+		assert.Equal(t, 1, r.g.Waiting(), "replica %d sent a prompt while replica 0's filled the bound", i+1)
+	}
+	// The light tenant's request, served less, goes first in the queue
+	// and is not held to that bound.
+	light, err := rs[1].g.Admit(ctx, of("light", 30))
+	require.NoError(t, err, "under its share: the class's 100 ms")
+	light.Release()
+	// The engine's next step takes replica 0's prompt up: one of the two
+	// waiting binds, and its prompt fills the bound again.
+	require.True(t, rs[0].steps.Read())
+	rs[0].g.Stepped(rs[0].e)
+	var next *admission.Ticket
+	var still <-chan admitted
+	select {
+	case a := <-waits[0]:
+		require.NoError(t, a.err)
+		next, still = a.t, waits[1]
+	case a := <-waits[1]:
+		require.NoError(t, a.err)
+		next, still = a.t, waits[0]
+	case <-time.After(5 * time.Second):
+		t.Fatal("the step did not free the bound for the other replicas")
+	}
+	assert.EqualValues(t, 30, fresh(), "the bound one's prompt alone is fresh")
+	pending, err := store.PendingPrompt(ctx, "m", addr)
+	require.NoError(t, err)
+	assert.EqualValues(t, 60, pending, "replica 0's prompt stays pending until its first token")
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-still:
+		t.Fatal("two prompts bound in one step")
+	default:
+	}
+	next.Release() // its prompt leaves: the last one binds
+	last := boundSoon(t, still, "after a release")
+	last.Release()
+	firstAtt.FirstToken(time.Millisecond)
+	first.Prefilled()
+	firstAtt.Finish(backends.Outcome{})
+	first.Release()
+	assert.Zero(t, fresh())
+	for _, r := range rs {
+		for i, tk := range r.held {
+			r.atts[i].Finish(backends.Outcome{})
+			tk.Release()
+		}
+	}
+	n, err := store.Leases(ctx, "m", addr, time.Now())
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
