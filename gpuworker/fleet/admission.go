@@ -524,17 +524,25 @@ func (g *gate) track(now int64) {
 func (g *gate) dispatch(now int64, self int) error {
 	g.expire(now)
 	g.touched = g.touched[:0]
+	var held []*admission.Item // heads held by AboveSharePrefill alone, passed
 	for g.anyRoom(false, anyClass) {
 		id := g.nextAside()
 		if id < 0 {
-			it := g.q.Peek()
+			it := g.q.PeekPast(held)
 			if it == nil {
 				break
 			}
 			id = it.Value.(int)
 			g.markShare(id)
+			tight := g.tight
 			room := g.anyRoom(g.s.confined(id), g.s.out[id].Class)
 			g.loose, g.tight = false, false
+			if !room && tight && g.anyRoom(g.s.confined(id), g.s.out[id].Class) {
+				// Held by AboveSharePrefill alone, as the live gate's
+				// errHeldAbove: the other tenants' requests go meanwhile.
+				held = append(held, it)
+				continue
+			}
 			if !room {
 				break
 			}
@@ -546,7 +554,7 @@ func (g *gate) dispatch(now int64, self int) error {
 			if batchOut && len(g.aside) >= maxBatchAside {
 				break
 			}
-			g.q.Pop()
+			g.q.Take(it)
 			if (len(g.aside) < maxAside || batchOut) && !g.suited(id) {
 				g.aside = append(g.aside, id)
 				continue

@@ -646,16 +646,19 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 	bound := g.requestBound(r)
 	loose := bound != g.prefillBound(r.Class) // the full marks are its class's: neither read nor set for another bound
 	above := g.aboveShareLocked(r)
+	heldAbove := false // some endpoint has room for r but for AboveSharePrefill
 	for _, e := range avail {
 		if !loose && g.isFull(e, r.Class, now) {
 			continue
 		}
-		if above && g.isFreshFull(e, now) {
+		if !g.hasRoom(e, bound) || !g.batchFits(e, batch, routing) || contains(exclude, e) {
 			continue
 		}
-		if g.hasRoom(e, bound) && (!above || g.freshRoom(e)) && g.batchFits(e, batch, routing) && !contains(exclude, e) {
-			room = append(room, e)
+		if above && (g.isFreshFull(e, now) || !g.freshRoom(e)) {
+			heldAbove = true
+			continue
 		}
+		room = append(room, e)
 	}
 	if len(room) > 0 && detour && !batch && g.o.BelowShareDetour > 0 && g.belowShareLocked(r) && !g.tenantAsideLocked(r) {
 		room = g.suitedLocked(room, avail, routing, exclude)
@@ -666,6 +669,9 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 	}
 	g.scratch = room
 	if len(room) == 0 {
+		if heldAbove {
+			return nil, "", errHeldAbove
+		}
 		return nil, "", ErrNoRoom
 	}
 	var ep *backends.Endpoint
@@ -709,7 +715,7 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 			g.freshFull[ep] = freshMark{steps: ep.StepMarks(), until: now.Add(g.o.Patience)}
 			lease = ""
 			if room = slices.DeleteFunc(room, func(e *backends.Endpoint) bool { return e == ep }); len(room) == 0 {
-				return nil, "", ErrNoRoom
+				return nil, "", errHeldAbove
 			}
 			continue
 		case grant != Granted:
@@ -880,6 +886,18 @@ func (g *Gate) isFreshFull(e *backends.Endpoint, now time.Time) bool {
 	}
 	return ok
 }
+
+// errHeldAbove is bindLocked's answer when endpoints have room for r but
+// for AboveSharePrefill: the requests of other tenants behind it go
+// meanwhile (dispatchLocked), each while its tenant is served less than
+// r's would be with r (Queue.PeekPast). Stopping there, as at a full
+// endpoint, held a lighter tenant's request back behind the heavy one's
+// whenever the heavy tenant's lane was first (a tenant back from idle
+// starts level with it) until the engine's next step: in simulation on
+// the Azure trace, seed 2, the light tenant's p99 beside a heavy one was
+// 1.28x its run alone, 1.15x passing. It is an ErrNoRoom to every other
+// caller.
+var errHeldAbove = fmt.Errorf("%w for a tenant above its share", ErrNoRoom)
 
 // errDetour is bindLocked's answer when endpoints have room for r but
 // none suits it (BelowShareDetour): r waits set aside.
@@ -1185,18 +1203,29 @@ func (g *Gate) dispatchLocked() {
 	// the first's): with two tenants on three replicas the queues stalled
 	// until requests were shed.
 	var behind map[*lane]bool
+	// Requests held by AboveSharePrefill where others have room
+	// (errHeldAbove): the other tenants' requests go meanwhile, each while
+	// its tenant has been served less than the held one's would be with
+	// it (Queue.PeekPast).
+	var held []*Item
 	for {
-		var w *waiter
-		if it := g.q.peekSkipping(behind); it != nil {
-			w = it.Value.(*waiter)
+		var w, head *waiter
+		if it := g.q.peekPast(behind, held); it != nil {
+			w, head = it.Value.(*waiter), it.Value.(*waiter)
+		} else if len(held) > 0 {
+			head = held[0].Value.(*waiter) // the set-aside go before it as before
 		}
-		if len(g.aside) > 0 && g.bindAsideLocked(w) {
+		if len(g.aside) > 0 && g.bindAsideLocked(head) {
 			continue
 		}
 		if w == nil || w.item.lane == nil { // none waits, or all failed (bindAsideLocked found no endpoint)
 			return
 		}
 		ep, lease, err := g.bindLocked(context.Background(), &w.r, w.since, nil, len(g.aside) < MaxBatchAside)
+		if errors.Is(err, errHeldAbove) {
+			held = append(held, &w.item)
+			continue
+		}
 		if errors.Is(err, errBehind) {
 			if behind == nil {
 				behind = map[*lane]bool{}

@@ -461,6 +461,52 @@ func TestGateHoldsATenantAboveItsShareToOnePromptAStep(t *testing.T) {
 	assert.False(t, g.MarksSteps(), "none in flight")
 }
 
+// A request held by AboveSharePrefill alone does not hold up the other
+// tenants' requests queued behind it: the light tenant's request, whose
+// lane is second (both tenants served alike, the heavy one's request
+// queued first), binds at once beside the heavy tenant's held one rather
+// than at the engine's next step.
+func TestGateLetsOthersPassATenantHeldAboveItsShare(t *testing.T) {
+	g, e := aboveShareGate(t)
+	ctx := context.Background()
+	heavy, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err)
+	heavy.Started()
+	steps := e.StepReader()
+	steps.Read()
+	steps.Read()           // a step marked: the rule reads steps
+	att := e.Start(30, 60) // 30 ms not yet in a step, over the 20 ms bound
+	alone, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err)
+	alone.Started()
+	light, err := g.Admit(ctx, req(admission.Default, "light"))
+	require.NoError(t, err)
+	light.Started()
+	held := queued(t, g, ctx, req(admission.Default, "heavy"))
+	next := make(chan ticketOrErr, 1)
+	go func() {
+		tk, err := g.Admit(ctx, req(admission.Default, "light"))
+		next <- ticketOrErr{tk, err}
+	}()
+	var passed ticketOrErr
+	select {
+	case passed = <-next:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the light tenant's request waited behind the heavy tenant's held one")
+	}
+	require.NoError(t, passed.err)
+	assert.Equal(t, 1, g.Waiting(), "the heavy tenant's request still waits for the step")
+	require.True(t, steps.Read())
+	g.Stepped(e)
+	got := <-held
+	require.NoError(t, got.err, "bound at the step")
+	att.FirstToken(30 * time.Millisecond)
+	att.Finish(backends.Outcome{})
+	for _, tk := range []*admission.Ticket{heavy, alone, light, passed.t, got.t} {
+		tk.Release()
+	}
+}
+
 // Where no stream has marked the endpoint's steps (answers that come
 // whole), AboveSharePrefill cannot tell a prompt in a step from a queued
 // one and holds nothing back: the heavy tenant's second request binds

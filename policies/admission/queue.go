@@ -123,6 +123,44 @@ func worse(a, b *Item) bool {
 // Peek returns the item that goes next, or nil.
 func (q *Queue) Peek() *Item { return q.peekSkipping(nil) }
 
+// PeekPast is the item that goes next while the items in held (each the
+// front of its tenant's lane, waiting on for a reason of their own) wait
+// on: the next of another lane of their class and tier priority only if
+// its tenant has been served less than each held one's tenant would be
+// once that item is (its tokens counted), so that passing them gives it no
+// more than a request's worth ahead of its share; nil when none such goes
+// next. A worse class or tier priority does not pass them.
+func (q *Queue) PeekPast(held []*Item) *Item { return q.peekPast(nil, held) }
+
+// peekPast is PeekPast over the lanes not in skip either.
+func (q *Queue) peekPast(skip map[*lane]bool, held []*Item) *Item {
+	if len(held) == 0 {
+		return q.peekSkipping(skip)
+	}
+	all := make(map[*lane]bool, len(skip)+len(held))
+	for ln := range skip {
+		all[ln] = true
+	}
+	for _, h := range held {
+		all[h.lane] = true
+	}
+	it := q.peekSkipping(all)
+	if it == nil {
+		return nil
+	}
+	lv := q.level(it.Class, it.TierPriority)
+	for _, h := range held {
+		if it.Class > h.Class || it.Class == h.Class && it.TierPriority < h.TierPriority {
+			return nil // a worse class or tier priority waits behind it as before
+		}
+		if h.Class == it.Class && h.TierPriority == it.TierPriority &&
+			lv.served[it.Tenant] >= lv.served[h.Tenant]+weighted(h.Tokens, h.Weight) {
+			return nil
+		}
+	}
+	return it
+}
+
 // peekSkipping is Peek over the lanes (a class, tier priority and
 // tenant's requests) not in skip.
 func (q *Queue) peekSkipping(skip map[*lane]bool) *Item {
@@ -157,6 +195,10 @@ func (q *Queue) Pop() *Item {
 	q.take(it)
 	return it
 }
+
+// Take removes it, which is in the queue, and counts its tokens as served
+// to its tenant (Pop for an item PeekPast returned).
+func (q *Queue) Take(it *Item) { q.take(it) }
 
 // take removes it, which is in the queue, and counts its tokens as served
 // to its tenant.

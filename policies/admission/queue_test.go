@@ -146,3 +146,30 @@ func TestQueueNoBankedCreditAfterTheQueueRanEmpty(t *testing.T) {
 	}
 	assert.InDelta(t, 5, n["light"], 1, "light did not bank the 20 requests it did not send: %v", n)
 }
+
+// PeekPast passes a held item (heavy's, first in the fair order) to the
+// next tenant's while that tenant has been served less than heavy would be
+// with the held item's tokens counted: a request's worth ahead of its
+// share at most. Another class is not passed to.
+func TestQueuePeekPastAHeldItemByARequestsWorth(t *testing.T) {
+	q := admission.NewQueue(100)
+	heavy := item(admission.Default, 0, "heavy", 500, 1)
+	for _, it := range []*admission.Item{heavy, item(admission.Default, 0, "light", 200, 2), item(admission.Default, 0, "light", 200, 3),
+		item(admission.Default, 0, "light", 200, 4), item(admission.Flex, 0, "other", 1, 5)} {
+		_, err := q.Push(it)
+		require.NoError(t, err)
+	}
+	require.Same(t, heavy, q.Peek(), "both level, heavy's came first")
+	held := []*admission.Item{heavy}
+	var passed []int
+	for it := q.PeekPast(held); it != nil; it = q.PeekPast(held) {
+		q.Take(it)
+		passed = append(passed, it.Value.(int))
+	}
+	assert.Equal(t, []int{2, 3, 4}, passed, "light served 0, 200, 400: each under heavy's 0 + 500")
+	_, err := q.Push(item(admission.Default, 0, "light", 200, 6))
+	require.NoError(t, err)
+	assert.Nil(t, q.PeekPast(held), "light served 600, past heavy's 500: it waits for heavy")
+	assert.Same(t, heavy, q.Pop())
+	assert.Equal(t, []int{6, 5}, drain(q))
+}
