@@ -15,7 +15,7 @@ import (
 type fleetCollector struct {
 	rt *Router
 
-	inFlight, available, waiting, running, kv, decode, prefill, pending, breaker, breakerOpen, queued, behind, detoured *prometheus.Desc
+	inFlight, available, waiting, running, kv, decode, prefill, pending, breaker, breakerOpen, queued, behind, detoured, heldAbove *prometheus.Desc
 }
 
 // Compile-time check.
@@ -50,6 +50,8 @@ func newFleetCollector(rt *Router) *fleetCollector {
 			"Requests waiting in the model's admission queue, by service class (models with admission only).", []string{"model", "class"}, nil),
 		behind: prometheus.NewDesc("sluice_admission_held_behind_total",
 			"Looks for room at which a request of the class was held back because one that goes first (of a better class, its tenant's earlier one, or a less-served tenant's) waits on another replica; counted since the model's gate was built (a reload starts it again).", []string{"model", "class"}, nil),
+		heldAbove: prometheus.NewDesc("sluice_admission_held_above_share_total",
+			"Looks for room at which a request of the class was held by admission.max_pending_prefill_above_share (its tenant at or over its share beside another, the backends' prompts no engine step has taken at the bound) while backends had room for other tenants' requests, which went meanwhile; counted since the model's gate was built (a reload starts it again).", []string{"model", "class"}, nil),
 		detoured: prometheus.NewDesc("sluice_admission_detoured_total",
 			"Requests set aside to wait for a backend where they start within admission.max_detour_below_share of their quickest start (their tenant below its share); counted since the model's gate was built (a reload starts it again).", []string{"model", "class"}, nil),
 	}
@@ -57,7 +59,7 @@ func newFleetCollector(rt *Router) *fleetCollector {
 
 // Describe sends the collector's descriptors.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inFlight, c.available, c.waiting, c.running, c.kv, c.decode, c.prefill, c.pending, c.breaker, c.breakerOpen, c.queued, c.behind, c.detoured} {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.available, c.waiting, c.running, c.kv, c.decode, c.prefill, c.pending, c.breaker, c.breakerOpen, c.queued, c.behind, c.detoured, c.heldAbove} {
 		ch <- d
 	}
 }
@@ -120,6 +122,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.queued, gauge, float64(s.Waiting), model, admission.Class(class).String())
 				ch <- prometheus.MustNewConstMetric(c.behind, prometheus.CounterValue, float64(s.Behind), model, admission.Class(class).String())
 				ch <- prometheus.MustNewConstMetric(c.detoured, prometheus.CounterValue, float64(s.Detoured), model, admission.Class(class).String())
+				ch <- prometheus.MustNewConstMetric(c.heldAbove, prometheus.CounterValue, float64(s.HeldAbove), model, admission.Class(class).String())
 			}
 		}
 	}

@@ -319,7 +319,7 @@ func (r *runtime) Queues() []admin.QueueClass {
 		}
 		for c, s := range rte.Gate.Stats() {
 			out = append(out, admin.QueueClass{Model: rte.Pool.Model(), Class: admission.Class(c).String(),
-				Waiting: s.Waiting, AdmittedTotal: s.Admitted, ShedTotal: s.Shed, WaitedSeconds: s.Waited.Seconds(), HeldBehindTotal: s.Behind, DetouredTotal: s.Detoured})
+				Waiting: s.Waiting, AdmittedTotal: s.Admitted, ShedTotal: s.Shed, WaitedSeconds: s.Waited.Seconds(), HeldBehindTotal: s.Behind, DetouredTotal: s.Detoured, HeldAboveShareTotal: s.HeldAbove})
 		}
 	}
 	return out

@@ -670,6 +670,7 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 	g.scratch = room
 	if len(room) == 0 {
 		if heldAbove {
+			g.heldAboveLocked(r)
 			return nil, "", errHeldAbove
 		}
 		return nil, "", ErrNoRoom
@@ -715,6 +716,7 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 			g.freshFull[ep] = freshMark{steps: ep.StepMarks(), until: now.Add(g.o.Patience)}
 			lease = ""
 			if room = slices.DeleteFunc(room, func(e *backends.Endpoint) bool { return e == ep }); len(room) == 0 {
+				g.heldAboveLocked(r)
 				return nil, "", errHeldAbove
 			}
 			continue
@@ -898,6 +900,14 @@ func (g *Gate) isFreshFull(e *backends.Endpoint, now time.Time) bool {
 // 1.28x its run alone, 1.15x passing. It is an ErrNoRoom to every other
 // caller.
 var errHeldAbove = fmt.Errorf("%w for a tenant above its share", ErrNoRoom)
+
+// heldAboveLocked counts a look for room at which r was held by
+// AboveSharePrefill (errHeldAbove).
+func (g *Gate) heldAboveLocked(r *Request) {
+	if r.Class < NumClasses {
+		g.counts[r.Class].heldAbove.Add(1)
+	}
+}
 
 // errDetour is bindLocked's answer when endpoints have room for r but
 // none suits it (BelowShareDetour): r waits set aside.

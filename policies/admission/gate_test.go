@@ -496,6 +496,7 @@ func TestGateLetsOthersPassATenantHeldAboveItsShare(t *testing.T) {
 	}
 	require.NoError(t, passed.err)
 	assert.Equal(t, 1, g.Waiting(), "the heavy tenant's request still waits for the step")
+	assert.Positive(t, g.Stats()[admission.Default].HeldAbove, "its looks held by the rule are counted")
 	require.True(t, steps.Read())
 	g.Stepped(e)
 	got := <-held

@@ -23,12 +23,16 @@ type ClassStats struct {
 	// Detoured counts the requests of the class set aside to wait for a
 	// quick endpoint (Options.BelowShareDetour).
 	Detoured uint64
+	// HeldAbove counts the looks for room at which a request of the class
+	// was held by AboveSharePrefill where endpoints had room for other
+	// tenants' requests (which went meanwhile).
+	HeldAbove uint64
 }
 
 // classCounters are a gate's counts for one class.
 type classCounters struct {
-	admitted, shed, behind, detoured atomic.Uint64
-	waited                           atomic.Int64 // ns
+	admitted, shed, behind, detoured, heldAbove atomic.Uint64
+	waited                                      atomic.Int64 // ns
 }
 
 // CountWith makes g count into old's counters, from where they are: a
@@ -65,7 +69,7 @@ func (g *Gate) Stats() [NumClasses]ClassStats {
 	for c := range out {
 		k := &g.counts[c]
 		out[c].Admitted, out[c].Shed, out[c].Waited = k.admitted.Load(), k.shed.Load(), time.Duration(k.waited.Load())
-		out[c].Behind, out[c].Detoured = k.behind.Load(), k.detoured.Load()
+		out[c].Behind, out[c].Detoured, out[c].HeldAbove = k.behind.Load(), k.detoured.Load(), k.heldAbove.Load()
 	}
 	return out
 }

@@ -81,6 +81,10 @@ type QueueClass struct {
 	// DetouredTotal counts the requests of the class set aside to wait
 	// for a quick backend (admission.max_detour_below_share).
 	DetouredTotal uint64 `json:"detoured_total"`
+	// HeldAboveShareTotal counts the looks for room at which a request of
+	// the class was held by admission.max_pending_prefill_above_share while
+	// other tenants' requests went.
+	HeldAboveShareTotal uint64 `json:"held_above_share_total"`
 }
 
 // Status is the status page's data: the live state, recent rates, and
