@@ -178,10 +178,13 @@ func TestAcquireHoldsTheFreshPromptsAcrossCallers(t *testing.T) {
 	assert.Equal(t, admission.Granted, acquire("g", 1, 20, true))
 	// An expired lease takes its fresh prompt with it.
 	l := lease(10, admission.Default, "h", now.Add(2*time.Minute))
-	l.Prompt, l.MaxFresh = 1, 1
+	l.Prompt, l.Fresh, l.MaxFresh = 2, true, 1
 	g, err := s.Acquire(ctx, l)
 	require.NoError(t, err)
 	assert.Equal(t, admission.Granted, g)
+	p, f = sums()
+	assert.EqualValues(t, 2, p)
+	assert.EqualValues(t, 2, f, "g's fresh prompt left with its lease")
 }
 
 // Within a class and tenant a request does not start while one that came
