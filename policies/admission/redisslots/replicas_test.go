@@ -270,6 +270,48 @@ func TestReplicasHoldTheirShareOfThePrefillBoundWhileTheStoreFails(t *testing.T)
 	boundSoon(t, second, "after the release").Release()
 }
 
+// While the store fails, each replica holds the above-share bound on its
+// own prompts to its third (20 ms at 1,000 tokens/s: 6.7 tokens here), as
+// without a store: the heavy tenant's request waits beside 10 tokens no
+// engine step has taken, which the class's third (33 tokens) would let by.
+func TestReplicasHoldTheirShareOfTheAboveShareBoundWhileTheStoreFails(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisslots.New(client, "down")
+	require.NoError(t, err)
+	g := sharedGate(t, store, "http://10.0.0.13:8000", 20, 10*time.Millisecond, 100*time.Millisecond,
+		func(o *admission.Options) { o.AboveSharePrefill = 20 * time.Millisecond })
+	ctx := context.Background()
+	of := func(tenant string, tokens int64) admission.Request {
+		r := stream(1)
+		r.Tenant, r.Tokens = tenant, tokens
+		return r
+	}
+	var held []*admission.Ticket
+	var e *backends.Endpoint
+	for _, r := range []admission.Request{of("heavy", 1000), of("heavy", 1000), of("light", 100)} {
+		tk, err := g.Admit(ctx, r)
+		require.NoError(t, err, "a failed store call admits within this replica's share")
+		e = tk.Endpoint()
+		tk.Started()
+		held = append(held, tk)
+	}
+	steps := e.StepReader()
+	steps.Read()
+	steps.Read() // a step marked: the rule reads steps
+	att := e.Start(10, 20)
+	waiting := admitLater(t, g, of("heavy", 1000))
+	time.Sleep(50 * time.Millisecond) // five looks for room
+	assert.Equal(t, 1, g.Waiting(), "10 fresh tokens, over this replica's third of the bound")
+	require.True(t, steps.Read())
+	g.Stepped(e)
+	tk := boundSoon(t, waiting, "after the step")
+	att.Finish(backends.Outcome{})
+	for _, h := range append(held, tk) {
+		h.Release()
+	}
+}
+
 // closedAddr is a loopback address nothing listens on.
 func closedAddr(t *testing.T) string {
 	t.Helper()
