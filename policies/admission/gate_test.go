@@ -427,16 +427,7 @@ func TestGateLetsATenantBelowItsShareBindPastABacklog(t *testing.T) {
 func TestGateHoldsATenantAboveItsShareToOnePromptAStep(t *testing.T) {
 	g, e := aboveShareGate(t)
 	ctx := context.Background()
-	heavy, err := g.Admit(ctx, req(admission.Default, "heavy"))
-	require.NoError(t, err)
-	heavy.Started()
-	steps := e.StepReader()
-	require.False(t, steps.Read(), "a stream's first read is of the step already marked")
-	require.False(t, steps.Read(), "its next marks a step, with no prompt to hand the engine")
-	att := e.Start(30, 60) // 30 ms pending, not yet in a step
-	alone, err := g.Admit(ctx, req(admission.Default, "heavy"))
-	require.NoError(t, err, "alone: the class's 100 ms")
-	alone.Started()
+	heavy, alone, steps, att := heavyWithAPromptNoStepTook(t, g, e)
 	assert.False(t, g.MarksSteps(), "one tenant: no steps to read")
 	light, err := g.Admit(ctx, req(admission.Default, "light"))
 	require.NoError(t, err, "below its share: the class's 100 ms")
@@ -469,16 +460,7 @@ func TestGateHoldsATenantAboveItsShareToOnePromptAStep(t *testing.T) {
 func TestGateLetsOthersPassATenantHeldAboveItsShare(t *testing.T) {
 	g, e := aboveShareGate(t)
 	ctx := context.Background()
-	heavy, err := g.Admit(ctx, req(admission.Default, "heavy"))
-	require.NoError(t, err)
-	heavy.Started()
-	steps := e.StepReader()
-	steps.Read()
-	steps.Read()           // a step marked: the rule reads steps
-	att := e.Start(30, 60) // 30 ms not yet in a step, over the 20 ms bound
-	alone, err := g.Admit(ctx, req(admission.Default, "heavy"))
-	require.NoError(t, err)
-	alone.Started()
+	heavy, alone, steps, att := heavyWithAPromptNoStepTook(t, g, e)
 	light, err := g.Admit(ctx, req(admission.Default, "light"))
 	require.NoError(t, err)
 	light.Started()
@@ -528,6 +510,26 @@ func TestGateAboveItsShareWithoutStepsBindsByTheClassBound(t *testing.T) {
 	for _, tk := range []*admission.Ticket{heavy, light, second} {
 		tk.Release()
 	}
+}
+
+// heavyWithAPromptNoStepTook admits two requests of tenant heavy through g
+// (over its endpoint e), the first's stream marking e's steps, and starts
+// a 30-token prompt on e after the last mark (30 ms at aboveShareGate's
+// rate, not yet in a step).
+func heavyWithAPromptNoStepTook(t *testing.T, g *admission.Gate, e *backends.Endpoint) (heavy, alone *admission.Ticket, steps *backends.StepReader, att backends.Attempt) {
+	t.Helper()
+	ctx := context.Background()
+	heavy, err := g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err)
+	heavy.Started()
+	steps = e.StepReader()
+	require.False(t, steps.Read(), "a stream's first read is of the step already marked")
+	require.False(t, steps.Read(), "its next marks a step, with no prompt to hand the engine")
+	att = e.Start(30, 60)
+	alone, err = g.Admit(ctx, req(admission.Default, "heavy"))
+	require.NoError(t, err, "alone: the class's 100 ms")
+	alone.Started()
+	return heavy, alone, steps, att
 }
 
 // aboveShareGate is a gate over one endpoint measured at 1,000 prefill

@@ -377,33 +377,30 @@ func (s *Slots) Renew(ctx context.Context, now time.Time) (int, error) {
 
 // Prefilled implements admission.Slots; it tells the replicas' Watch.
 func (s *Slots) Prefilled(ctx context.Context, pool, backend string, leases ...string) error {
-	if len(leases) == 0 {
-		return nil
-	}
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, s.prompts(pool, backend), leases...)
-		p.HDel(ctx, s.fresh(pool, backend), leases...)
-		p.Publish(ctx, s.roomChannel(), pool+"\x00"+backend)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("redisslots: prefilled: %w", err)
-	}
-	return nil
+	return s.end(ctx, "prefilled", pool, backend, leases, s.prompts(pool, backend), s.fresh(pool, backend))
 }
 
 // Stepped implements admission.Slots; it tells the replicas' Watch.
 func (s *Slots) Stepped(ctx context.Context, pool, backend string, leases ...string) error {
+	return s.end(ctx, "stepped", pool, backend, leases, s.fresh(pool, backend))
+}
+
+// end removes leases from the hashes of prompts at keys and tells the
+// replicas' Watch that backend has more room, in one round trip; op names
+// the call in its error.
+func (s *Slots) end(ctx context.Context, op, pool, backend string, leases []string, keys ...string) error {
 	if len(leases) == 0 {
 		return nil
 	}
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, s.fresh(pool, backend), leases...)
+		for _, k := range keys {
+			p.HDel(ctx, k, leases...)
+		}
 		p.Publish(ctx, s.roomChannel(), pool+"\x00"+backend)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("redisslots: stepped: %w", err)
+		return fmt.Errorf("redisslots: %s: %w", op, err)
 	}
 	return nil
 }
