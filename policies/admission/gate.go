@@ -700,12 +700,15 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		case err != nil: // the store failed: admit within this replica's share
 			g.orphanLocked(ep, lease) // the store may have granted it all the same
 			lease = ""
-			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas, bound) ||
-				above && !g.freshRoomOf(ep, g.o.Replicas) {
+			if (b > 0 && g.granted[ep] >= (b+g.o.Replicas-1)/g.o.Replicas) || !g.prefillRoom(ep, g.o.Replicas, bound) {
 				if !loose {
 					g.markFull(ep, r.Class, now.Add(g.o.Patience))
 				}
 				return nil, "", ErrNoRoom
+			}
+			if above && !g.freshRoomOf(ep, g.o.Replicas) { // full to this request alone
+				g.heldAboveLocked(r)
+				return nil, "", errHeldAbove
 			}
 		case grant == Behind: // not the endpoint's doing: this request waits its turn
 			if r.Class < NumClasses {

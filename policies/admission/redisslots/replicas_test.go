@@ -273,7 +273,9 @@ func TestReplicasHoldTheirShareOfThePrefillBoundWhileTheStoreFails(t *testing.T)
 // While the store fails, each replica holds the above-share bound on its
 // own prompts to its third (20 ms at 1,000 tokens/s: 6.7 tokens here), as
 // without a store: the heavy tenant's request waits beside 10 tokens no
-// engine step has taken, which the class's third (33 tokens) would let by.
+// engine step has taken, which the class's third (33 tokens) would let by,
+// and the light tenant's request goes meanwhile (the backend is not marked
+// full to its class).
 func TestReplicasHoldTheirShareOfTheAboveShareBoundWhileTheStoreFails(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
@@ -303,11 +305,14 @@ func TestReplicasHoldTheirShareOfTheAboveShareBoundWhileTheStoreFails(t *testing
 	waiting := admitLater(t, g, of("heavy", 1000))
 	time.Sleep(50 * time.Millisecond) // five looks for room
 	assert.Equal(t, 1, g.Waiting(), "10 fresh tokens, over this replica's third of the bound")
+	// The backend is full to that request alone: the light tenant's goes.
+	light, err := g.Admit(ctx, of("light", 100))
+	require.NoError(t, err, "bound beside the held one")
 	require.True(t, steps.Read())
 	g.Stepped(e)
 	tk := boundSoon(t, waiting, "after the step")
 	att.Finish(backends.Outcome{})
-	for _, h := range append(held, tk) {
+	for _, h := range append(held, light, tk) {
 		h.Release()
 	}
 }
