@@ -387,14 +387,10 @@ func TestGateBoundsEachClassToItsOwnPrefillBacklog(t *testing.T) {
 // backlog, which holds the heavy tenant's next request back (20 ms here),
 // the light tenant's binds (70 ms); once each holds its share, both wait.
 func TestGateLetsATenantBelowItsShareBindPastABacklog(t *testing.T) {
-	g, e := admission.OneEndpointGate(t, admission.Options{
-		Budget:            func(*backends.Endpoint) int { return 10 },
-		Patience:          time.Hour,
-		KVMax:             -1,
+	g, e := measuredGate(t, admission.Options{ // 20 tokens' bound, 70 below the share
 		MaxPendingPrefill: 20 * time.Millisecond,
 		BelowSharePrefill: 70 * time.Millisecond,
 	})
-	e.ObservePrefill(0, 1000, time.Second) // 20 tokens' bound, 70 below the share
 	ctx := context.Background()
 	first, err := g.Admit(ctx, req(admission.Default, "heavy"))
 	require.NoError(t, err)
@@ -536,13 +532,22 @@ func heavyWithAPromptNoStepTook(t *testing.T, g *admission.Gate, e *backends.End
 // tokens/s, the class bound 100 ms, AboveSharePrefill 20 ms.
 func aboveShareGate(t *testing.T) (*admission.Gate, *backends.Endpoint) {
 	t.Helper()
-	g, e := admission.OneEndpointGate(t, admission.Options{
-		Budget:            func(*backends.Endpoint) int { return 10 },
-		Patience:          time.Hour,
-		KVMax:             -1,
-		MaxPendingPrefill: 100 * time.Millisecond,
-		AboveSharePrefill: 20 * time.Millisecond,
-	})
+	return measuredGate(t, admission.Options{MaxPendingPrefill: 100 * time.Millisecond, AboveSharePrefill: 20 * time.Millisecond})
+}
+
+// measuredGate is a gate with options o over one endpoint measured at
+// 1,000 prefill tokens/s, with a budget of 10 and no looks for room
+// (Patience an hour) unless o sets them, and no KV bound.
+func measuredGate(t *testing.T, o admission.Options) (*admission.Gate, *backends.Endpoint) {
+	t.Helper()
+	if o.Budget == nil {
+		o.Budget = func(*backends.Endpoint) int { return 10 }
+	}
+	if o.Patience == 0 {
+		o.Patience = time.Hour
+	}
+	o.KVMax = -1
+	g, e := admission.OneEndpointGate(t, o)
 	e.ObservePrefill(0, 1000, time.Second)
 	return g, e
 }
@@ -552,15 +557,7 @@ func aboveShareGate(t *testing.T) (*admission.Gate, *backends.Endpoint) {
 // replicas, a budget of 10 and no looks for room (Patience an hour).
 func prefillGate(t *testing.T, replicas int) (*admission.Gate, *backends.Endpoint) {
 	t.Helper()
-	g, e := admission.OneEndpointGate(t, admission.Options{
-		Budget:            func(*backends.Endpoint) int { return 10 },
-		Patience:          time.Hour,
-		KVMax:             -1,
-		Replicas:          replicas,
-		MaxPendingPrefill: 100 * time.Millisecond,
-	})
-	e.ObservePrefill(0, 1000, time.Second)
-	return g, e
+	return measuredGate(t, admission.Options{Replicas: replicas, MaxPendingPrefill: 100 * time.Millisecond})
 }
 
 // With Replicas, each replica holds to its share of the time bound: of
@@ -817,15 +814,9 @@ func TestGateRequestsBehindOtherReplicasDoNotBlockOtherTenants(t *testing.T) {
 // endpoint's next step mark: a request waiting behind a prompt that fills
 // the bound is bound at the mark (Room), before that prompt's first token.
 func TestGatePendingUntilStepFreesTheBoundAtTheNextStep(t *testing.T) {
-	g, e := admission.OneEndpointGate(t, admission.Options{
-		Budget:            func(*backends.Endpoint) int { return 10 },
-		Patience:          time.Hour, // no looks: only Room and releases bind
-		KVMax:             -1,
-		MaxPendingPrefill: 100 * time.Millisecond,
-		PendingUntilStep:  true,
-	})
+	// No looks for room: only Room and releases bind; the bound is 100 tokens.
+	g, e := measuredGate(t, admission.Options{MaxPendingPrefill: 100 * time.Millisecond, PendingUntilStep: true})
 	require.True(t, g.MarksSteps())
-	e.ObservePrefill(0, 1000, time.Second) // 1,000 tokens/s: the bound is 100 tokens
 	ctx := context.Background()
 	first, err := g.Admit(ctx, req(admission.Default, "x"))
 	require.NoError(t, err)
