@@ -274,7 +274,9 @@ type Admission struct {
 	// while another tenant holds some, is bound only to a backend where
 	// its expected time to first token (the prompt tokens ahead of it
 	// there, then its own, at the backend's measured prefill rate) is
-	// within this of the shortest over the backends under their budgets;
+	// within this of the shortest over the backends under their budgets,
+	// and at most 3 times that shortest (admission.DetourFactor: a short
+	// prompt an H100 starts in 60 ms does not take an L4 at 300 ms);
 	// while no backend with room is, it waits (before the requests of its
 	// class behind it, which go meanwhile). A light tenant's long prompt
 	// then waits a moment for a fast GPU rather than take a slow one at

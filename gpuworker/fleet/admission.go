@@ -125,8 +125,9 @@ type Admission struct {
 	// BelowShareDetour is the router's admission.max_detour_below_share:
 	// MaxDetour for the requests of a tenant holding less than its
 	// weighted share of the requests in flight (another tenant holding
-	// some), so that a light tenant's long prompt waits for a quick worker
-	// rather than take a slow one beside a heavy tenant's backlog. Zero
+	// some), and at most admission.DetourFactor times its best estimate,
+	// so that a light tenant's prompt waits for a quick worker rather than
+	// take a slow one beside a heavy tenant's backlog. Zero
 	// means the router's default (admission.DefaultBelowShareDetour);
 	// negative turns it off. MaxDetour, where set, applies to every
 	// request instead.
@@ -594,10 +595,10 @@ func (g *gate) bind(id int, now int64) (int, error) {
 	}
 	if detour := g.detourOf(id); detour >= 0 {
 		// Only the workers that suit the request, when any has room.
-		best := g.best(id)
+		limit := g.detourLimit(id, detour)
 		k := 0
 		for _, ep := range room {
-			if g.est(id, s.index[ep]) <= best+detour {
+			if g.est(id, s.index[ep]) <= limit {
 				room[k] = ep
 				k++
 			}
@@ -736,9 +737,9 @@ func (g *gate) suited(id int) bool {
 	if detour < 0 {
 		return g.fitsAny(id)
 	}
-	best := g.best(id)
+	limit := g.detourLimit(id, detour)
 	for w := range g.inFlight {
-		if g.fits(id, w) && g.est(id, w) <= best+detour {
+		if g.fits(id, w) && g.est(id, w) <= limit {
 			return true
 		}
 	}
@@ -753,6 +754,19 @@ func (g *gate) detourOf(id int) float64 {
 		return g.detour
 	}
 	return g.belowDetour
+}
+
+// detourLimit is the longest estimate, in seconds, at which a worker
+// suits request id under the detour bound detour (detourOf's): within it
+// of the request's best estimate, and for the router's below-share detour
+// also at most admission.DetourFactor times that best, as the router
+// bounds it (admission.DetourLimit). MaxDetour, a what-if, has no factor.
+func (g *gate) detourLimit(id int, detour float64) float64 {
+	best := g.best(id)
+	if g.detour >= 0 {
+		return best + detour
+	}
+	return admission.DetourLimit(best, time.Duration(detour*float64(time.Second)))
 }
 
 // tenantAside reports whether another request of request id's tenant is

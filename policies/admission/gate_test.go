@@ -992,6 +992,70 @@ func TestGateLetsATenantBelowItsShareWaitForAQuickEndpoint(t *testing.T) {
 	alone.Release()
 }
 
+// The detour is bounded relative to the request's best estimate too
+// (admission.DetourFactor): a light tenant's short prompt that the fast
+// endpoint would start in 45 ms waits for it rather than take the idle
+// slow one at 200 ms, though that is within the 250 ms detour; one whose
+// slow estimate is within three times its best binds there at once.
+// Here the fast endpoint (10,000 prefill tokens/s) holds a heavy tenant's
+// 250-token prompt, over its 20 ms bound; the slow one has 1,000.
+func TestGateKeepsABelowShareRequestOffAnEndpointThreeTimesSlower(t *testing.T) {
+	var eps []*backends.Endpoint
+	for i, rate := range []int{10_000, 1_000} {
+		e, err := backends.NewEndpoint(fmt.Sprintf("http://10.0.0.%d:8000", i+1), 1)
+		require.NoError(t, err)
+		e.ObservePrefill(0, rate, time.Second)
+		eps = append(eps, e)
+	}
+	fast, slow := eps[0], eps[1]
+	pool, err := backends.NewPool("m", eps)
+	require.NoError(t, err)
+	g, err := admission.NewGate(pool, firstPicker{}, admission.Options{
+		Budget:            func(*backends.Endpoint) int { return 4 },
+		Patience:          time.Hour,
+		KVMax:             -1,
+		MaxPendingPrefill: 20 * time.Millisecond,
+		BelowShareDetour:  250 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	prompt := func(tenant string, tokens int) admission.Request {
+		r := req(admission.Default, tenant)
+		r.Routing = &policies.Request{Model: "m", PromptTokens: tokens}
+		return r
+	}
+	ctx := context.Background()
+	heavy, err := g.Admit(ctx, prompt("heavy", 250))
+	require.NoError(t, err)
+	require.Same(t, fast, heavy.Endpoint())
+	heavy.Started()
+	att := fast.Start(250, 10)
+
+	// 100 tokens: 35 ms on the fast endpoint, 100 ms on the slow one.
+	near, err := g.Admit(ctx, prompt("light", 100))
+	require.NoError(t, err, "within three times its best estimate: it takes the slow endpoint's room at once")
+	assert.Same(t, slow, near.Endpoint())
+	near.Release()
+
+	// 200 tokens: 45 ms on the fast endpoint, 200 ms on the slow one.
+	light := queued(t, g, ctx, prompt("light", 200))
+	assert.Equal(t, uint64(1), g.Stats()[admission.Default].Detoured, "more than three times its best: it waits aside")
+	select {
+	case got := <-light:
+		t.Fatalf("the light request bound before the fast endpoint had room: %v", got.err)
+	default:
+	}
+	att.FirstToken(25 * time.Millisecond)
+	heavy.Prefilled()
+	got := <-light
+	require.NoError(t, got.err)
+	assert.Same(t, fast, got.t.Endpoint())
+	att.Finish(backends.Outcome{})
+	heavy.Release()
+	got.t.Release()
+	assert.Equal(t, 0.045, admission.DetourLimit(0.015, 250*time.Millisecond))
+	assert.Equal(t, 1.25, admission.DetourLimit(1.0, 250*time.Millisecond))
+}
+
 // A request set aside for a quick endpoint that its client leaves is out
 // at once, and one whose wait runs out is shed as any other.
 func TestGateRequestWaitingForAQuickEndpointLeavesAndIsShed(t *testing.T) {
