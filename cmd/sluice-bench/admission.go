@@ -372,7 +372,7 @@ func (f *simFlags) split(row *simResult, res *fleet.Result, samples []report.Sam
 			c, _ := admission.ParseClass(k)
 			var r boundRate
 			if sat.SaturatedS > 0 {
-				r = boundRate{float64(st.Waited[c]) / sat.SaturatedS, float64(st.WaitedTokens[c]) / sat.SaturatedS}
+				r = boundRate{float64(st.Bound[c]) / sat.SaturatedS, float64(st.BoundTokens[c]) / sat.SaturatedS}
 			}
 			sat.Classes[k] = r
 		}
@@ -391,8 +391,9 @@ func (f *simFlags) split(row *simResult, res *fleet.Result, samples []report.Sam
 }
 
 // saturationStat is what each class got while the fleet was saturated
-// (some request waited in the admission queue): the requests bound after
-// waiting, and their prompt and output tokens, per second of that time.
+// (some request waited in the admission queue): the requests bound in that
+// time, after waiting or at once while another waited, and their prompt
+// and output tokens, per second of that time.
 // Set against the fleet's capacity estimate less the better classes' rate,
 // it says how much of the spare capacity a class took.
 type saturationStat struct {

@@ -241,11 +241,13 @@ type AdmissionStats struct {
 	// Saturated is the virtual time during which some request waited in
 	// the queue.
 	Saturated time.Duration
-	// Waited counts, per class, the requests bound after waiting (all of
-	// them bound while the fleet was saturated), and WaitedTokens their
-	// prompt and output tokens.
-	Waited       [admission.NumClasses]int
-	WaitedTokens [admission.NumClasses]int64
+	// Bound counts, per class, the requests bound while the fleet was
+	// saturated: after waiting, or at once while another request waited
+	// (a better class's request that binds at once still takes the
+	// capacity the worse classes wait for). BoundTokens are their prompt
+	// and output tokens.
+	Bound       [admission.NumClasses]int
+	BoundTokens [admission.NumClasses]int64
 }
 
 // errShed prefixes the outcome of a request admission shed; the class
@@ -613,9 +615,9 @@ func (g *gate) bind(id int, now int64) (int, error) {
 	if err != nil || w < 0 {
 		return -1, err
 	}
-	if c := s.out[id].Class; s.out[id].Held > 0 {
-		g.stats.Waited[c]++
-		g.stats.WaitedTokens[c] += int64(s.reqs[id].PromptTokens + s.reqs[id].OutputTokens)
+	if c := s.out[id].Class; s.out[id].Held > 0 || g.waiting() > 0 {
+		g.stats.Bound[c]++
+		g.stats.BoundTokens[c] += int64(s.reqs[id].PromptTokens + s.reqs[id].OutputTokens)
 	}
 	if g.inFlight[w] >= g.budget[w] {
 		return -1, fmt.Errorf("fleet: policy returned worker %d, which has no room", w)

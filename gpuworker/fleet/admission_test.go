@@ -703,8 +703,9 @@ func TestAdmissionKVBound(t *testing.T) {
 	inEngine(0, -1)
 }
 
-// What admission measured: the requests bound after waiting, per class,
-// and the time some request waited.
+// What admission measured: the requests bound while some request waited,
+// per class (those that waited, and those bound at once meanwhile), and
+// the time some request waited.
 func TestAdmissionStats(t *testing.T) {
 	spec := mustSpec(t, "2xh100-llama3-8b,2xl4-llama3-8b")
 	reqs := synthetic(t, spec, 2000, 1.3, 29)
@@ -713,16 +714,27 @@ func TestAdmissionStats(t *testing.T) {
 	require.NoError(t, err)
 	st := res.Admission
 	require.NotNil(t, st)
-	var waited [admission.NumClasses]int
-	var tokens [admission.NumClasses]int64
+	var waited, ok [admission.NumClasses]int
+	var waitedTokens, okTokens [admission.NumClasses]int64
 	for i, o := range res.Requests {
+		n := int64(reqs[i].PromptTokens + reqs[i].OutputTokens)
+		if o.OK {
+			ok[o.Class]++
+			okTokens[o.Class] += n
+		}
 		if o.OK && o.Held > 0 {
 			waited[o.Class]++
-			tokens[o.Class] += int64(reqs[i].PromptTokens + reqs[i].OutputTokens)
+			waitedTokens[o.Class] += n
 		}
 	}
-	assert.Equal(t, waited, st.Waited)
-	assert.Equal(t, tokens, st.WaitedTokens)
+	for c := range admission.NumClasses {
+		assert.GreaterOrEqual(t, st.Bound[c], waited[c], "every request that waited was bound while one waited: itself")
+		assert.LessOrEqual(t, st.Bound[c], ok[c])
+		assert.GreaterOrEqual(t, st.BoundTokens[c], waitedTokens[c])
+		assert.LessOrEqual(t, st.BoundTokens[c], okTokens[c])
+	}
+	t.Logf("priority: %d bound while saturated, %d of them after waiting, %d served", st.Bound[admission.Priority], waited[admission.Priority], ok[admission.Priority])
+	assert.Greater(t, st.Bound[admission.Priority], waited[admission.Priority], "priority requests bound at once while flex waited count too")
 	assert.Positive(t, st.Saturated)
 	assert.Less(t, st.Saturated, res.Elapsed)
 	plain, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, 1)}, reqs)
