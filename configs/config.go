@@ -300,6 +300,18 @@ type Admission struct {
 	// without a bound stays without. Default 10ms; a negative duration
 	// turns it off.
 	MaxPendingPrefillAboveShare Duration `yaml:"max_pending_prefill_above_share"`
+	// MaxPendingPrefillWorseClass: a request of a class worse than one
+	// with requests in flight from this replica (flex or default beside
+	// priority, flex beside default) binds only to a backend where the
+	// prompts its engine has not yet taken into a step come to less than
+	// this at the backend's measured prefill rate, besides its class's
+	// bound, counted as for max_pending_prefill_above_share (together in
+	// Redis). The worse classes then hand each engine about one new
+	// prompt a step, so that a better class's request starts within a
+	// step or two instead of behind their backlog; the engines stay as
+	// busy and the worse classes wait longer in Sluice. A class without a
+	// bound stays without. Default 10ms; a negative duration turns it off.
+	MaxPendingPrefillWorseClass Duration `yaml:"max_pending_prefill_worse_class"`
 	// PendingUntilStep, with max_pending_prefill, counts a prompt toward
 	// it only until the backend's next engine step begins, as the bytes of
 	// the streams Sluice relays from it show, rather than until its own

@@ -88,6 +88,18 @@ func TestMaxPendingPrefillAboveShareDefault(t *testing.T) {
 	}
 }
 
+func TestMaxPendingPrefillWorseClassDefault(t *testing.T) {
+	for model, want := range map[string]time.Duration{
+		"backends:\n      - url: http://a:1\n":                                                         DefaultMaxPendingPrefillWorseClass,
+		"admission: {max_pending_prefill_worse_class: 20ms}\n    backends:\n      - url: http://a:1\n": 20 * time.Millisecond,
+		"admission: {max_pending_prefill_worse_class: -1s}\n    backends:\n      - url: http://a:1\n":  -time.Second,
+	} {
+		c, err := Parse([]byte("models:\n  - name: m\n    " + model))
+		require.NoError(t, err)
+		assert.Equal(t, want, c.Models[0].Admission.MaxPendingPrefillWorseClass.Std(), model)
+	}
+}
+
 func TestScrapeTimeoutFollowsTheInterval(t *testing.T) {
 	c, err := Parse([]byte("scrape:\n  interval: 1s\n  enabled: false\n" + minimal))
 	require.NoError(t, err)

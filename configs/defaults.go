@@ -30,6 +30,10 @@ const (
 	// admission.max_pending_prefill_above_share's default, as
 	// admission.DefaultAboveSharePrefill.
 	DefaultMaxPendingPrefillAboveShare = 10 * time.Millisecond
+	// DefaultMaxPendingPrefillWorseClass is
+	// admission.max_pending_prefill_worse_class's default, as
+	// admission.DefaultWorseClassPrefill.
+	DefaultMaxPendingPrefillWorseClass = 10 * time.Millisecond
 	// DefaultBatchPrefill is admission.batch_prefill's default, as
 	// admission.DefaultBatchPrefill.
 	DefaultBatchPrefill = 50 * time.Millisecond
@@ -85,6 +89,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if a.MaxPendingPrefillAboveShare == 0 {
 			a.MaxPendingPrefillAboveShare = Duration(DefaultMaxPendingPrefillAboveShare)
+		}
+		if a.MaxPendingPrefillWorseClass == 0 {
+			a.MaxPendingPrefillWorseClass = Duration(DefaultMaxPendingPrefillWorseClass)
 		}
 		if a.BatchPrefill == 0 {
 			a.BatchPrefill = Duration(DefaultBatchPrefill)

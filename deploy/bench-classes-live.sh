@@ -35,6 +35,10 @@
 # over its share beside another, the same way:
 # admission.max_pending_prefill_above_share and simulate's
 # --max-pending-prefill-above-share; empty: the router's default, 10ms;
+# negative: off) WORSE_CLASS= (the bound on the prompts not yet in an
+# engine step for a class behind a better one with requests in flight,
+# the same way: admission.max_pending_prefill_worse_class and simulate's
+# --max-pending-prefill-worse-class; empty: the router's default, 10ms;
 # negative: off) DETOUR= (the
 # detour a tenant under its share waits for, the same way:
 # admission.max_detour_below_share and simulate's
@@ -81,6 +85,7 @@ steps=()
 [ -z "${STEP_BUDGETS:-}" ] && PENDING_PREFILL=${PENDING_PREFILL:-500ms}
 DETOUR=${DETOUR:-250ms}
 ABOVE_SHARE=${ABOVE_SHARE:-10ms}
+WORSE_CLASS=${WORSE_CLASS:-10ms}
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
 ROUTER_PORT=$((BASE_PORT - 1))
@@ -137,6 +142,7 @@ config() { # admission on|off, router port, tenants (yes|no)
 		if [ -n "${PRIORITY_PREFILL:-}" ]; then echo "      max_pending_prefill_by_class: {priority: $(wall_time "$PRIORITY_PREFILL")}"; fi
 		if [ -n "${BELOW_SHARE:-}" ]; then echo "      max_pending_prefill_below_share: $(wall_time "$BELOW_SHARE")"; fi
 		echo "      max_pending_prefill_above_share: $(wall_time "$ABOVE_SHARE")"
+		echo "      max_pending_prefill_worse_class: $(wall_time "$WORSE_CLASS")"
 		echo "      max_detour_below_share: $(wall_time "$DETOUR")"
 		if [ -n "${UNTIL_STEP:-}" ]; then echo "      pending_until_step: true"; fi
 	fi
@@ -208,6 +214,7 @@ run() { # name, admission on|off, load[, extra load and simulate flags]
 			"${steps[@]}" \
 			${PENDING_PREFILL:+--max-pending-prefill "$PENDING_PREFILL"} ${PRIORITY_PREFILL:+--max-pending-prefill-by-class "priority=$PRIORITY_PREFILL"} \
 			${BELOW_SHARE:+--max-pending-prefill-below-share "$BELOW_SHARE"} --max-pending-prefill-above-share "$ABOVE_SHARE" \
+			--max-pending-prefill-worse-class "$WORSE_CLASS" \
 			--max-detour-below-share "$DETOUR" \
 			${UNTIL_STEP:+--release-at-step}) \
 		--json "$tmp/$name-sim.json" >/dev/null 2>&1
@@ -226,7 +233,7 @@ stop_all
 
 wl_name=synthetic
 [ -n "${TRACE:-}" ] && wl_name=$(basename "$TRACE")
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS $wl_name requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-none}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}; max_pending_prefill_above_share $ABOVE_SHARE; max_detour_below_share $DETOUR${UNTIL_STEP:+ until the next step}${STEP_BUDGETS:+; max_pending_prompt_tokens per backend at its step budget}; $REPLICAS Sluice replica(s)"
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS $wl_name requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-none}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}; max_pending_prefill_above_share $ABOVE_SHARE; max_pending_prefill_worse_class $WORSE_CLASS; max_detour_below_share $DETOUR${UNTIL_STEP:+ until the next step}${STEP_BUDGETS:+; max_pending_prompt_tokens per backend at its step budget}; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]

@@ -27,6 +27,7 @@ type admissionFlags struct {
 	classPrefill   string
 	belowShare     time.Duration
 	aboveShare     time.Duration
+	worseClass     time.Duration
 	detour         time.Duration
 	belowDetour    time.Duration
 	sameStep       bool
@@ -56,6 +57,7 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.pendingPrefill, "max-pending-prefill", 0, "with --admission, a worker with requests in flight has room only while the prompt tokens bound to it and not yet prefilled would take less than this at the prefill rate the router measured for it (the router's admission.max_pending_prefill; one prompt at a time before the first measurement; default, the router's, 500ms unless --prefill-steps is given; negative = off)")
 	fs.StringVar(&a.classPrefill, "max-pending-prefill-by-class", "", "with --admission, a class's own --max-pending-prefill, e.g. priority=100ms (the router's admission.max_pending_prefill_by_class; classes not named take --max-pending-prefill)")
 	fs.DurationVar(&a.belowShare, "max-pending-prefill-below-share", 0, "with --admission, the prefill bound of a request whose tenant holds less than its weighted share of the requests in flight while another tenant holds some, where larger than its class's (the router's admission.max_pending_prefill_below_share; 0 = off)")
+	fs.DurationVar(&a.worseClass, "max-pending-prefill-worse-class", 0, "with --admission, a request of a class worse than one with requests in flight (flex beside priority) binds only to a worker whose prompts bound since its engine's last step take less than this at the measured prefill rate (the router's admission.max_pending_prefill_worse_class; default, the router's, 10ms; negative = off)")
 	fs.DurationVar(&a.aboveShare, "max-pending-prefill-above-share", 0, "with --admission, a request whose tenant holds at least its weighted share of the requests in flight while another tenant holds some binds only to a worker whose prompts bound since its engine's last step take less than this at the measured prefill rate (the router's admission.max_pending_prefill_above_share; default, the router's, 10ms; negative = off)")
 	fs.Float64Var(&a.prefill, "prefill-steps", 0, "with --admission, a worker has room only while the prompt tokens bound to it and not yet prefilled are fewer than this many of its steps' token budgets (the router's max_pending_prompt_tokens on each backend at that many of its engine's max_num_batched_tokens; as there, --max-pending-prefill then has no default; default 0: off)")
 	fs.BoolVar(&a.sameStep, "same-step", false, "with --admission, bind the requests a worker's step made room for before it plans its next step, so they join that step (a router with no delay between a step and its answers; the live router's requests start at the step after)")
@@ -209,7 +211,7 @@ func (a *admissionFlags) options(spec fleet.Spec, reqs []workload.Request) *flee
 	if !a.admit {
 		return nil
 	}
-	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, PendingPrefill: a.pendingPrefill, ClassPendingPrefill: a.prefills, BelowSharePrefill: a.belowShare, AboveSharePrefill: a.aboveShare, MaxDetour: a.detour, BelowShareDetour: a.belowDetour, SameStep: a.sameStep, ReleaseAtStep: a.releaseAtStep, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
+	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, PendingPrefill: a.pendingPrefill, ClassPendingPrefill: a.prefills, BelowSharePrefill: a.belowShare, AboveSharePrefill: a.aboveShare, WorseClassPrefill: a.worseClass, MaxDetour: a.detour, BelowShareDetour: a.belowDetour, SameStep: a.sameStep, ReleaseAtStep: a.releaseAtStep, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
 	if a.budgetAll > 0 || a.budgetByPr != nil {
 		for _, g := range spec {
 			n := a.budgetAll
@@ -273,6 +275,9 @@ func describeAdmission(spec fleet.Spec, reqs []workload.Request, a *fleet.Admiss
 	}
 	if above := a.AboveSharePrefillBound(); above > 0 && (a.PendingPrefillBound() > 0 || slices.ContainsFunc(a.ClassPendingPrefill[:], func(d time.Duration) bool { return d > 0 })) {
 		fmt.Fprintf(&b, "; a tenant at or above its share beside another binds where the prompts not yet in an engine step take under %s (the router's max_pending_prefill_above_share)", above)
+	}
+	if worse := a.WorseClassPrefillBound(); worse > 0 && (a.PendingPrefillBound() > 0 || slices.ContainsFunc(a.ClassPendingPrefill[:], func(d time.Duration) bool { return d > 0 })) {
+		fmt.Fprintf(&b, "; a class behind a better one in flight binds where the prompts not yet in an engine step take under %s (the router's max_pending_prefill_worse_class)", worse)
 	}
 	if a.MaxDetour > 0 {
 		fmt.Fprintf(&b, "; room needs a detour of at most %s (a what-if: the router has no such rule)", a.MaxDetour)

@@ -263,6 +263,7 @@ func TestAdmissionDefaultsAgree(t *testing.T) {
 	assert.Equal(t, admission.DefaultBatchPrefill, configs.DefaultBatchPrefill)
 	assert.Equal(t, admission.DefaultBelowShareDetour, configs.DefaultMaxDetourBelowShare)
 	assert.Equal(t, admission.DefaultAboveSharePrefill, configs.DefaultMaxPendingPrefillAboveShare)
+	assert.Equal(t, admission.DefaultWorseClassPrefill, configs.DefaultMaxPendingPrefillWorseClass)
 	for c := range admission.NumClasses {
 		assert.Equal(t, admission.DefaultMaxWait[c], configs.DefaultMaxWait(c.String()), c.String())
 	}
@@ -328,9 +329,9 @@ func TestAdmissionSummary(t *testing.T) {
 	for _, tc := range []struct{ model, want string }{
 		{"backends:\n      - url: http://a:1\n", "off"},
 		{"admission: {max_in_flight_per_backend: 8}\n    backends:\n      - url: http://a:1\n",
-			"budgets, and prompts pending under 500ms of prefill (max_pending_prefill); a tenant at or over its share beside another binds where the prompts not yet in an engine step take under 10ms (max_pending_prefill_above_share); a tenant below its share waits for a backend within 250ms of its quickest start (max_detour_below_share)"},
+			"budgets, and prompts pending under 500ms of prefill (max_pending_prefill); a tenant at or over its share beside another binds where the prompts not yet in an engine step take under 10ms (max_pending_prefill_above_share); a class behind a better one with requests in flight binds where the prompts not yet in an engine step take under 10ms (max_pending_prefill_worse_class); a tenant below its share waits for a backend within 250ms of its quickest start (max_detour_below_share)"},
 		{"admission: {max_in_flight_per_backend: 8, max_pending_prefill: -1s, max_detour_below_share: -1s}\n    backends:\n      - url: http://a:1\n", "budgets alone"},
-		{"admission: {max_in_flight_per_backend: 8, max_pending_prefill_above_share: -1s, max_detour_below_share: -1s}\n    backends:\n      - url: http://a:1\n",
+		{"admission: {max_in_flight_per_backend: 8, max_pending_prefill_above_share: -1s, max_pending_prefill_worse_class: -1s, max_detour_below_share: -1s}\n    backends:\n      - url: http://a:1\n",
 			"budgets, and prompts pending under 500ms of prefill (max_pending_prefill)"},
 		{"backends:\n      - {url: http://a:1, max_in_flight: 8, max_pending_prompt_tokens: 8192}\n    admission: {max_detour_below_share: 1s}\n",
 			"budgets, and prompts pending under max_pending_prompt_tokens; a tenant below its share waits for a backend within 1s of its quickest start (max_detour_below_share)"},

@@ -234,6 +234,7 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		BelowSharePrefill: m.Admission.MaxPendingPrefillBelowShare.Std(),
 		BelowShareDetour:  max(m.Admission.MaxDetourBelowShare.Std(), 0),         // negative: off
 		AboveSharePrefill: max(m.Admission.MaxPendingPrefillAboveShare.Std(), 0), // negative: off
+		WorseClassPrefill: max(m.Admission.MaxPendingPrefillWorseClass.Std(), 0), // negative: off
 		PendingUntilStep:  m.Admission.PendingUntilStep,
 	}
 	if o.KVMax >= 1 {
@@ -279,6 +280,9 @@ func admissionSummary(m configs.Model) string {
 	}
 	if d := m.Admission.MaxPendingPrefillAboveShare.Std(); d > 0 && (m.Admission.MaxPendingPrefill > 0 || len(m.Admission.MaxPendingPrefillByClass) > 0) {
 		s += "; a tenant at or over its share beside another binds where the prompts not yet in an engine step take under " + d.String() + " (max_pending_prefill_above_share)"
+	}
+	if d := m.Admission.MaxPendingPrefillWorseClass.Std(); d > 0 && (m.Admission.MaxPendingPrefill > 0 || len(m.Admission.MaxPendingPrefillByClass) > 0) {
+		s += "; a class behind a better one with requests in flight binds where the prompts not yet in an engine step take under " + d.String() + " (max_pending_prefill_worse_class)"
 	}
 	if d := m.Admission.MaxDetourBelowShare.Std(); d > 0 {
 		s += "; a tenant below its share waits for a backend within " + d.String() + " of its quickest start (max_detour_below_share)"

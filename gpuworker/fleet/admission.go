@@ -111,6 +111,15 @@ type Admission struct {
 	// step while a lighter one is served. Zero means the router's default
 	// (admission.DefaultAboveSharePrefill); negative turns it off.
 	AboveSharePrefill time.Duration
+	// WorseClassPrefill is the router's
+	// admission.max_pending_prefill_worse_class: a request of a class
+	// worse than one with requests in flight binds only to a worker whose
+	// prompts its engine has not had a step to start take less than this,
+	// as AboveSharePrefill (the tighter where both apply): the worse
+	// classes hand each engine about one prompt a step while a better
+	// class is served. Zero means the router's default
+	// (admission.DefaultWorseClassPrefill); negative turns it off.
+	WorseClassPrefill time.Duration
 	// MaxDetour keeps a prompt off a worker where it would wait much
 	// longer for its first token than on another: a worker takes the next
 	// request only if the request's estimated time to first token there
@@ -201,6 +210,12 @@ func (a *Admission) PendingPrefillBound() time.Duration {
 // router's; 0 is off.
 func (a *Admission) AboveSharePrefillBound() time.Duration {
 	return orDefault(a.AboveSharePrefill, admission.DefaultAboveSharePrefill)
+}
+
+// WorseClassPrefillBound is WorseClassPrefill with its default, the
+// router's; 0 is off.
+func (a *Admission) WorseClassPrefillBound() time.Duration {
+	return orDefault(a.WorseClassPrefill, admission.DefaultWorseClassPrefill)
 }
 
 // BelowShareDetourBound is BelowShareDetour with its default, the
@@ -311,25 +326,32 @@ type gate struct {
 	// tenants counts each tenant's requests in flight as the live gate
 	// does, for Admission.BelowSharePrefill, AboveSharePrefill and
 	// BelowShareDetour (nil: off); loose marks the request whose room is being asked as
-	// below its share, tight as at or above it beside another tenant;
-	// above is AboveSharePrefill with its default, in seconds (0: off).
-	tenants  *admission.TenantShares
-	loose    bool
-	tight    bool
-	above    float64
-	s        *sim
-	opts     *Admission
-	q        *admission.Queue
-	items    []admission.Item // one per request
-	state    []uint8          // per request: notQueued, waiting, leftQueue
-	byClass  [admission.NumClasses][]queued
-	head     [admission.NumClasses]int
-	maxWait  [admission.NumClasses]int64 // ns; < 0 no limit
-	budget   []int
-	inFlight []int
-	peak     []int
-	room     [][]*backends.Endpoint // per replica, scratch
-	touched  []int
+	// below its share, tight as held to the prompts its worker's engine
+	// has not started (at or above its share beside another tenant, or
+	// of a class behind a better one in flight), to tightBound seconds;
+	// above is AboveSharePrefill and worse WorseClassPrefill with their
+	// defaults, in seconds (0: off); classIn counts the requests in
+	// flight by class.
+	tenants    *admission.TenantShares
+	loose      bool
+	tight      bool
+	tightBound float64
+	above      float64
+	worse      float64
+	classIn    [admission.NumClasses]int
+	s          *sim
+	opts       *Admission
+	q          *admission.Queue
+	items      []admission.Item // one per request
+	state      []uint8          // per request: notQueued, waiting, leftQueue
+	byClass    [admission.NumClasses][]queued
+	head       [admission.NumClasses]int
+	maxWait    [admission.NumClasses]int64 // ns; < 0 no limit
+	budget     []int
+	inFlight   []int
+	peak       []int
+	room       [][]*backends.Endpoint // per replica, scratch
+	touched    []int
 
 	// pending holds each worker's prompt tokens bound and not yet
 	// prefilled, prefilled marks requests past their first token, and
@@ -448,11 +470,12 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 	}
 	if tracks {
 		g.above = a.AboveSharePrefillBound().Seconds()
+		g.worse = a.WorseClassPrefillBound().Seconds()
 	}
 	if a.BelowSharePrefill > 0 || g.above > 0 || g.belowDetour >= 0 {
 		g.tenants = admission.NewTenantShares()
 	}
-	if (a.ReleaseAtStep || g.above > 0) && tracks {
+	if (a.ReleaseAtStep || g.above > 0 || g.worse > 0) && tracks {
 		g.freshIDs, g.freshOf = make([][]int32, n), make([]bool, len(s.reqs))
 		g.fresh = make([]int64, n)
 	}
@@ -623,6 +646,9 @@ func (g *gate) bind(id int, now int64) (int, error) {
 		return -1, fmt.Errorf("fleet: policy returned worker %d, which has no room", w)
 	}
 	g.inFlight[w]++
+	if c := s.out[id].Class; c < admission.NumClasses {
+		g.classIn[c]++
+	}
 	if g.tenants != nil {
 		g.tenants.Add(s.out[id].Tenant, g.weight(id))
 	}
@@ -662,6 +688,9 @@ func (g *gate) release(id int) {
 	g.prefilled(id)
 	if w := g.s.out[id].Worker; w >= 0 {
 		g.inFlight[w]--
+		if c := g.s.out[id].Class; c < admission.NumClasses {
+			g.classIn[c]--
+		}
 		if g.tenants != nil {
 			g.tenants.Remove(g.s.out[id].Tenant)
 		}
@@ -853,7 +882,7 @@ func (g *gate) hasRoom(w int, batch bool, c admission.Class) bool {
 		// As the live gate's freshRoom: the prompts its engine has not
 		// had a step to start, every replica's (the shared store holds
 		// them together).
-		if g.tight && g.fresh[w] > 0 && float64(g.fresh[w]) >= g.s.measuredPrefill(w)*g.above {
+		if g.tight && g.fresh[w] > 0 && float64(g.fresh[w]) >= g.s.measuredPrefill(w)*g.tightBound {
 			return false
 		}
 	}
@@ -1049,7 +1078,25 @@ func (g *gate) stepped(w int) {
 // markShare sets loose and tight for request id (unset them after).
 func (g *gate) markShare(id int) {
 	g.loose = g.opts.BelowSharePrefill > 0 && g.belowShare(id)
-	g.tight = g.above > 0 && !g.loose && g.aboveShare(id)
+	g.tight, g.tightBound = false, 0
+	if g.above > 0 && !g.loose && g.aboveShare(id) {
+		g.tight, g.tightBound = true, g.above
+	}
+	if g.worse > 0 && g.behindBetter(id) && (!g.tight || g.worse < g.tightBound) {
+		g.tight, g.tightBound = true, g.worse
+	}
+}
+
+// behindBetter reports whether a class better than request id's has
+// requests in flight (Admission.WorseClassPrefill).
+func (g *gate) behindBetter(id int) bool {
+	c := g.s.out[id].Class
+	for k := admission.Class(0); k < c && k < admission.NumClasses; k++ {
+		if g.classIn[k] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // aboveShare reports whether request id's tenant holds at least its

@@ -448,6 +448,50 @@ func TestGateHoldsATenantAboveItsShareToOnePromptAStep(t *testing.T) {
 	assert.False(t, g.MarksSteps(), "none in flight")
 }
 
+// With WorseClassPrefill a request of a class worse than one with
+// requests in flight binds only where the prompts not yet taken into an
+// engine step are under that bound: with a priority request in flight, a
+// flex request waits while 30 ms of prompt is unstarted (its bound 20 ms,
+// the class's 100 ms) and binds when a stream marks the engine's next
+// step. With flex alone in flight the class's bound applies, and the gate
+// reads engine steps only while two classes have requests in flight.
+func TestGateHoldsAWorseClassToOnePromptAStep(t *testing.T) {
+	g, e := measuredGate(t, admission.Options{MaxPendingPrefill: 100 * time.Millisecond, WorseClassPrefill: 20 * time.Millisecond})
+	ctx := context.Background()
+	flex, err := g.Admit(ctx, req(admission.Flex, "t"))
+	require.NoError(t, err)
+	flex.Started()
+	steps := e.StepReader()
+	require.False(t, steps.Read(), "a stream's first read is of the step already marked")
+	require.False(t, steps.Read(), "its next marks a step, with no prompt to hand the engine")
+	att := e.Start(30, 60)
+	alone, err := g.Admit(ctx, req(admission.Flex, "t"))
+	require.NoError(t, err, "no better class in flight: the class's 100 ms")
+	alone.Started()
+	assert.False(t, g.MarksSteps(), "one class: no steps to read")
+	prio, err := g.Admit(ctx, req(admission.Priority, "t"))
+	require.NoError(t, err, "the best class: the class's 100 ms")
+	prio.Started()
+	assert.True(t, g.MarksSteps(), "two classes: the router reads engine steps")
+	held := queued(t, g, ctx, req(admission.Flex, "t"))
+	assert.Positive(t, g.Stats()[admission.Flex].HeldAbove, "its looks held by the fresh-prompt bound are counted")
+	require.True(t, steps.Read(), "the next step hands the engine the 30 tokens")
+	g.Stepped(e)
+	var got ticketOrErr
+	select {
+	case got = <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the step mark did not bind the flex request")
+	}
+	require.NoError(t, got.err, "bound at the step, before the prompt's first token")
+	att.FirstToken(30 * time.Millisecond)
+	att.Finish(backends.Outcome{})
+	for _, tk := range []*admission.Ticket{flex, alone, prio, got.t} {
+		tk.Release()
+	}
+	assert.False(t, g.MarksSteps(), "none in flight")
+}
+
 // A request held by AboveSharePrefill alone does not hold up the other
 // tenants' requests queued behind it: the light tenant's request, whose
 // lane is second (both tenants served alike, the heavy one's request
