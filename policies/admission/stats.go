@@ -24,8 +24,8 @@ type ClassStats struct {
 	// quick endpoint (Options.BelowShareDetour).
 	Detoured uint64
 	// HeldAbove counts the looks for room at which a request of the class
-	// was held by AboveSharePrefill where endpoints had room for other
-	// tenants' requests (which went meanwhile).
+	// was held by AboveSharePrefill or WorseClassPrefill where endpoints had
+	// room for other requests (which went meanwhile).
 	HeldAbove uint64
 }
 

@@ -82,8 +82,8 @@ type QueueClass struct {
 	// for a quick backend (admission.max_detour_below_share).
 	DetouredTotal uint64 `json:"detoured_total"`
 	// HeldAboveShareTotal counts the looks for room at which a request of
-	// the class was held by admission.max_pending_prefill_above_share while
-	// other tenants' requests went.
+	// the class was held by admission.max_pending_prefill_above_share or
+	// max_pending_prefill_worse_class while other requests went.
 	HeldAboveShareTotal uint64 `json:"held_above_share_total"`
 }
 
