@@ -284,6 +284,15 @@ type Admission struct {
 	// backend's prefill rate is measured, not to Batch API lines nor to
 	// retries. Default 250ms; a negative duration turns it off.
 	MaxDetourBelowShare Duration `yaml:"max_detour_below_share"`
+	// MaxDetourBetterClass is max_detour_below_share for a request whose
+	// class is better than another with requests in flight from this
+	// replica (priority beside default or flex, default beside flex): a
+	// priority request then waits a moment for a fast GPU rather than take
+	// a slow one that has room. For fleets that mix GPU speeds: its
+	// estimate counts no cached prefix, so on one GPU type with long cached
+	// prompts it moves requests off the backend that holds their prefix.
+	// Where both apply, the larger. Default 0: off.
+	MaxDetourBetterClass Duration `yaml:"max_detour_better_class"`
 	// MaxPendingPrefillAboveShare: a request whose tenant holds at least
 	// its weighted share of the model's requests in flight from this
 	// replica, while another tenant holds some, binds only to a backend

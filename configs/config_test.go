@@ -100,6 +100,17 @@ func TestMaxPendingPrefillWorseClassDefault(t *testing.T) {
 	}
 }
 
+func TestMaxDetourBetterClassIsOffByDefault(t *testing.T) {
+	for model, want := range map[string]time.Duration{
+		"backends:\n      - url: http://a:1\n":                                                  0,
+		"admission: {max_detour_better_class: 100ms}\n    backends:\n      - url: http://a:1\n": 100 * time.Millisecond,
+	} {
+		c, err := Parse([]byte("models:\n  - name: m\n    " + model))
+		require.NoError(t, err)
+		assert.Equal(t, want, c.Models[0].Admission.MaxDetourBetterClass.Std(), model)
+	}
+}
+
 func TestScrapeTimeoutFollowsTheInterval(t *testing.T) {
 	c, err := Parse([]byte("scrape:\n  interval: 1s\n  enabled: false\n" + minimal))
 	require.NoError(t, err)
@@ -163,8 +174,8 @@ func TestParseRejects(t *testing.T) {
 		{"bad session header", "session_header: \"X Session\"\n" + minimal, []string{"session_header: want an HTTP header name"}},
 		{"negative model timeouts", "models:\n  - name: m\n    timeouts: {first_byte: -1s, total: -2s}\n    backends:\n      - url: http://a:1\n",
 			[]string{"models[0].timeouts.first_byte: must not be negative", "models[0].timeouts.total: must not be negative"}},
-		{"negative admission bounds", "models:\n  - name: m\n    admission: {max_pending_prompt_tokens: -1, max_pending_prefill_below_share: -1s}\n    backends:\n      - url: http://a:1\n",
-			[]string{"models[0].admission.max_pending_prompt_tokens: must not be negative", "models[0].admission.max_pending_prefill_below_share: must not be negative"}},
+		{"negative admission bounds", "models:\n  - name: m\n    admission: {max_pending_prompt_tokens: -1, max_pending_prefill_below_share: -1s, max_detour_better_class: -1s}\n    backends:\n      - url: http://a:1\n",
+			[]string{"models[0].admission.max_pending_prompt_tokens: must not be negative", "models[0].admission.max_pending_prefill_below_share: must not be negative", "models[0].admission.max_detour_better_class: must not be negative"}},
 		{"negative backend pending prompt tokens", "models:\n  - name: m\n    backends:\n      - {url: http://a:1, max_in_flight: 4, max_pending_prompt_tokens: -2048}\n",
 			[]string{"models[0].backends[0].max_pending_prompt_tokens: must not be negative"}},
 		{"below share with redis", "limits:\n  redis_url: redis://127.0.0.1:6379/0\nmodels:\n  - name: m\n    admission: {max_pending_prefill_below_share: 70ms}\n    backends:\n      - url: http://a:1\n",

@@ -180,6 +180,9 @@ func (c *Config) Validate() error {
 		if a.MaxPendingPrefillBelowShare < 0 {
 			bad(p+".max_pending_prefill_below_share", "must not be negative (0 is off), got %s", a.MaxPendingPrefillBelowShare.Std())
 		}
+		if a.MaxDetourBetterClass < 0 {
+			bad(p+".max_detour_better_class", "must not be negative (0 is off), got %s", a.MaxDetourBetterClass.Std())
+		}
 		if a.MaxPendingPrefillBelowShare > 0 && c.Limits.RedisURL != "" {
 			// Three replicas sharing Redis failed 590 of 1,802 requests
 			// (median TTFT 30 s, max_wait) in one of two live runs (2026-12-06).

@@ -43,7 +43,9 @@
 # detour a tenant under its share waits for, the same way:
 # admission.max_detour_below_share and simulate's
 # --max-detour-below-share; empty: the router's default, 250ms; negative:
-# off)
+# off) BETTER_DETOUR= (the detour a class ahead of a worse one in flight
+# waits for: admission.max_detour_better_class and simulate's
+# --max-detour-better-class; empty: off, the router's default)
 # UNTIL_STEP= (1: admission.pending_until_step, and simulate's
 # --release-at-step) QUICKEST= (1: the scored policy's quickest_classes:
 # [priority], in the config and the simulation) STEP_BUDGETS= (1: each
@@ -86,6 +88,7 @@ steps=()
 DETOUR=${DETOUR:-250ms}
 ABOVE_SHARE=${ABOVE_SHARE:-10ms}
 WORSE_CLASS=${WORSE_CLASS:-10ms}
+BETTER_DETOUR=${BETTER_DETOUR:-}
 MODEL=bench-model
 FLEET="${H100S}xh100-llama3-8b,${L4S}xl4-llama3-8b"
 ROUTER_PORT=$((BASE_PORT - 1))
@@ -144,6 +147,7 @@ config() { # admission on|off, router port, tenants (yes|no)
 		echo "      max_pending_prefill_above_share: $(wall_time "$ABOVE_SHARE")"
 		echo "      max_pending_prefill_worse_class: $(wall_time "$WORSE_CLASS")"
 		echo "      max_detour_below_share: $(wall_time "$DETOUR")"
+		if [ -n "$BETTER_DETOUR" ]; then echo "      max_detour_better_class: $(wall_time "$BETTER_DETOUR")"; fi
 		if [ -n "${UNTIL_STEP:-}" ]; then echo "      pending_until_step: true"; fi
 	fi
 	echo "    backends:"
@@ -215,7 +219,7 @@ run() { # name, admission on|off, load[, extra load and simulate flags]
 			${PENDING_PREFILL:+--max-pending-prefill "$PENDING_PREFILL"} ${PRIORITY_PREFILL:+--max-pending-prefill-by-class "priority=$PRIORITY_PREFILL"} \
 			${BELOW_SHARE:+--max-pending-prefill-below-share "$BELOW_SHARE"} --max-pending-prefill-above-share "$ABOVE_SHARE" \
 			--max-pending-prefill-worse-class "$WORSE_CLASS" \
-			--max-detour-below-share "$DETOUR" \
+			--max-detour-below-share "$DETOUR" ${BETTER_DETOUR:+--max-detour-better-class "$BETTER_DETOUR"} \
 			${UNTIL_STEP:+--release-at-step}) \
 		--json "$tmp/$name-sim.json" >/dev/null 2>&1
 }
@@ -233,7 +237,7 @@ stop_all
 
 wl_name=synthetic
 [ -n "${TRACE:-}" ] && wl_name=$(basename "$TRACE")
-echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS $wl_name requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-none}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}; max_pending_prefill_above_share $ABOVE_SHARE; max_pending_prefill_worse_class $WORSE_CLASS; max_detour_below_share $DETOUR${UNTIL_STEP:+ until the next step}${STEP_BUDGETS:+; max_pending_prompt_tokens per backend at its step budget}; $REPLICAS Sluice replica(s)"
+echo "fleet $FLEET at speedup $SPEEDUP, $REQUESTS $wl_name requests, $MIX (or tenants $TENANTS); admission budgets: h100 $H100_BUDGET, l4 $L4_BUDGET; max_pending_prefill ${PENDING_PREFILL:-none}${PRIORITY_PREFILL:+, priority $PRIORITY_PREFILL}${QUICKEST:+, priority to the quickest backend}${BELOW_SHARE:+, below share $BELOW_SHARE}; max_pending_prefill_above_share $ABOVE_SHARE; max_pending_prefill_worse_class $WORSE_CLASS; max_detour_below_share $DETOUR${BETTER_DETOUR:+; max_detour_better_class $BETTER_DETOUR}${UNTIL_STEP:+ until the next step}${STEP_BUDGETS:+; max_pending_prompt_tokens per backend at its step budget}; $REPLICAS Sluice replica(s)"
 python3 - "$tmp" <<'PY'
 import json, os, sys
 d = sys.argv[1]

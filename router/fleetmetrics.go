@@ -53,7 +53,7 @@ func newFleetCollector(rt *Router) *fleetCollector {
 		heldAbove: prometheus.NewDesc("sluice_admission_held_above_share_total",
 			"Looks for room at which a request of the class was held by admission.max_pending_prefill_above_share (its tenant at or over its share beside another) or admission.max_pending_prefill_worse_class (a better class in flight), the backends' prompts no engine step has taken at the bound, while backends had room for other requests, which went meanwhile; counted since the model's gate was built (a reload starts it again).", []string{"model", "class"}, nil),
 		detoured: prometheus.NewDesc("sluice_admission_detoured_total",
-			"Requests set aside to wait for a backend where they start within admission.max_detour_below_share of their quickest start (their tenant below its share); counted since the model's gate was built (a reload starts it again).", []string{"model", "class"}, nil),
+			"Requests set aside to wait for a backend where they start within admission.max_detour_below_share (their tenant below its share) or max_detour_better_class (a worse class in flight) of their quickest start; counted since the model's gate was built (a reload starts it again).", []string{"model", "class"}, nil),
 	}
 }
 

@@ -30,6 +30,7 @@ type admissionFlags struct {
 	worseClass     time.Duration
 	detour         time.Duration
 	belowDetour    time.Duration
+	betterDetour   time.Duration
 	sameStep       bool
 	releaseAtStep  bool
 	kvMax          float64
@@ -63,6 +64,7 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&a.sameStep, "same-step", false, "with --admission, bind the requests a worker's step made room for before it plans its next step, so they join that step (a router with no delay between a step and its answers; the live router's requests start at the step after)")
 	fs.BoolVar(&a.releaseAtStep, "release-at-step", false, "with --admission and --max-pending-prefill, count a bound prompt toward the bound only until its worker plans a step after it was bound, not until its first token (a what-if: the router counts until the first token)")
 	fs.DurationVar(&a.detour, "max-detour", 0, "with --admission, a worker takes the next request only if the request's estimated time to first token there is within this of its best estimate on any worker; otherwise the request waits for one that suits it and later ones may go ahead (a what-if: the router has no such rule; default 0: off)")
+	fs.DurationVar(&a.betterDetour, "max-detour-better-class", 0, "with --admission, the same for a request whose class is better than another with requests in flight (priority beside flex), the larger where both apply (the router's admission.max_detour_better_class; default, the router's, 0 = off)")
 	fs.DurationVar(&a.belowDetour, "max-detour-below-share", 0, "with --admission, a request whose tenant holds less than its weighted share of the requests in flight, while another tenant holds some, binds only where its estimated time to first token is within this of its best estimate on any worker and at most 3x that best, and waits set aside for such a worker (the router's admission.max_detour_below_share; default, the router's, 250ms; negative = off; --max-detour, for every request, takes its place)")
 	fs.Float64Var(&a.kvMax, "kv-max", 0, "with --admission, the scraped KV-cache use (0..1) at which a busy worker takes no more requests (default 0.95; negative = off)")
 	fs.DurationVar(&a.batchPre, "batch-prefill", 0, "with --admission and --batch, while a worker has other requests in flight it takes a batch line only if the prompts bound to it and not yet prefilled, the line's included, take at most this at its prefill rate, so the batch stays in what the other requests leave (default 50ms; negative = off)")
@@ -211,7 +213,7 @@ func (a *admissionFlags) options(spec fleet.Spec, reqs []workload.Request) *flee
 	if !a.admit {
 		return nil
 	}
-	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, PendingPrefill: a.pendingPrefill, ClassPendingPrefill: a.prefills, BelowSharePrefill: a.belowShare, AboveSharePrefill: a.aboveShare, WorseClassPrefill: a.worseClass, MaxDetour: a.detour, BelowShareDetour: a.belowDetour, SameStep: a.sameStep, ReleaseAtStep: a.releaseAtStep, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
+	opts := &fleet.Admission{MaxWait: a.waits, QueueMax: a.queueMax, PrefillSteps: a.prefill, PendingPrefill: a.pendingPrefill, ClassPendingPrefill: a.prefills, BelowSharePrefill: a.belowShare, AboveSharePrefill: a.aboveShare, WorseClassPrefill: a.worseClass, MaxDetour: a.detour, BelowShareDetour: a.belowDetour, BetterClassDetour: a.betterDetour, SameStep: a.sameStep, ReleaseAtStep: a.releaseAtStep, KVMax: a.kvMax, BatchPrefill: a.batchPre, Weights: a.tenantWeights}
 	if a.budgetAll > 0 || a.budgetByPr != nil {
 		for _, g := range spec {
 			n := a.budgetAll
@@ -283,6 +285,9 @@ func describeAdmission(spec fleet.Spec, reqs []workload.Request, a *fleet.Admiss
 		fmt.Fprintf(&b, "; room needs a detour of at most %s (a what-if: the router has no such rule)", a.MaxDetour)
 	} else if d := a.BelowShareDetourBound(); d > 0 {
 		fmt.Fprintf(&b, "; a tenant below its share binds within %s of its quickest start (the router's max_detour_below_share)", d)
+	}
+	if d := a.BetterClassDetour; d > 0 && a.MaxDetour <= 0 {
+		fmt.Fprintf(&b, "; a class ahead of a worse one in flight binds within %s of its quickest start (the router's max_detour_better_class)", d)
 	}
 	return b.String()
 }

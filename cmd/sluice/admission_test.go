@@ -255,6 +255,63 @@ func TestBackendMaxPendingPromptTokens(t *testing.T) {
 	assert.Equal(t, 9, count[eps[1]], "b has no bound of its own and the model's is off")
 }
 
+// admission.max_detour_better_class reaches the gate: beside a flex
+// request in flight, a priority request whose best start is on a busy
+// fast backend waits for it rather than take a slow one's room (its
+// context ends first here); with the option off it takes the slow one.
+func TestMaxDetourBetterClassReachesTheGate(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		opt := ""
+		if on {
+			opt = ", max_detour_better_class: 250ms"
+		}
+		c, err := configs.Parse([]byte("models:\n  - name: m\n    admission: {max_in_flight_per_backend: 4, max_pending_prefill: 20ms, max_pending_prefill_worse_class: -1s, max_detour_below_share: -1s" + opt +
+			"}\n    backends:\n      - url: http://fast.invalid:1\n      - url: http://slow.invalid:1\n"))
+		require.NoError(t, err)
+		m := c.Models[0]
+		var eps []*backends.Endpoint
+		for i, rate := range []int{10_000, 1_000} {
+			e, err := backends.NewEndpoint(m.Backends[i].URL, 1)
+			require.NoError(t, err)
+			e.ObservePrefill(0, rate, time.Second)
+			eps = append(eps, e)
+		}
+		fast, slow := eps[0], eps[1]
+		pool, err := backends.NewPool(m.Name, eps)
+		require.NoError(t, err)
+		picker, err := roundrobin.New(nil)
+		require.NoError(t, err)
+		g, err := newGate(m, pool, picker, eps, nil)
+		require.NoError(t, err)
+		admit := func(class admission.Class, prompt int) (*admission.Ticket, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			return g.Admit(ctx, admission.Request{Class: class, Tokens: int64(prompt + 10),
+				Routing: &policies.Request{Model: "m", PromptTokens: prompt, MaxTokens: 10, Stream: true}})
+		}
+		first, err := admit(admission.Default, 250)
+		require.NoError(t, err)
+		require.Same(t, fast, first.Endpoint())
+		first.Started()
+		att := fast.Start(250, 10) // 25 ms of prefill ahead: past the bound
+		flex, err := admit(admission.Flex, 5)
+		require.NoError(t, err)
+		require.Same(t, slow, flex.Endpoint(), "the fast backend is past its bound")
+		// 200 tokens: 45 ms on the fast backend, 205 ms on the slow one.
+		pri, err := admit(admission.Priority, 200)
+		if on {
+			assert.Error(t, err, "it waits for the fast backend")
+		} else {
+			require.NoError(t, err)
+			assert.Same(t, slow, pri.Endpoint())
+			pri.Release()
+		}
+		flex.Release()
+		att.Finish(backends.Outcome{})
+		first.Release()
+	}
+}
+
 // The config's admission defaults are the gate's and the simulator's
 // (configs cannot import the gate; the simulator takes the gate's).
 func TestAdmissionDefaultsAgree(t *testing.T) {
@@ -335,6 +392,8 @@ func TestAdmissionSummary(t *testing.T) {
 			"budgets, and prompts pending under 500ms of prefill (max_pending_prefill)"},
 		{"backends:\n      - {url: http://a:1, max_in_flight: 8, max_pending_prompt_tokens: 8192}\n    admission: {max_detour_below_share: 1s}\n",
 			"budgets, and prompts pending under max_pending_prompt_tokens; a tenant below its share waits for a backend within 1s of its quickest start (max_detour_below_share)"},
+		{"backends:\n      - {url: http://a:1, max_in_flight: 8, max_pending_prompt_tokens: 8192}\n    admission: {max_detour_below_share: -1s, max_detour_better_class: 100ms}\n",
+			"budgets, and prompts pending under max_pending_prompt_tokens; a class ahead of a worse one in flight waits for a backend within 100ms of its quickest start (max_detour_better_class)"},
 	} {
 		c, err := configs.Parse([]byte("models:\n  - name: m\n    " + tc.model))
 		require.NoError(t, err)

@@ -232,7 +232,8 @@ func newGate(m configs.Model, pool *backends.Pool, picker policies.Picker, eps [
 		BatchReserve:      m.Admission.BatchReserve,
 		MaxPendingPrefill: max(m.Admission.MaxPendingPrefill.Std(), 0), // negative: off
 		BelowSharePrefill: m.Admission.MaxPendingPrefillBelowShare.Std(),
-		BelowShareDetour:  max(m.Admission.MaxDetourBelowShare.Std(), 0),         // negative: off
+		BelowShareDetour:  max(m.Admission.MaxDetourBelowShare.Std(), 0), // negative: off
+		BetterClassDetour: m.Admission.MaxDetourBetterClass.Std(),
 		AboveSharePrefill: max(m.Admission.MaxPendingPrefillAboveShare.Std(), 0), // negative: off
 		WorseClassPrefill: max(m.Admission.MaxPendingPrefillWorseClass.Std(), 0), // negative: off
 		PendingUntilStep:  m.Admission.PendingUntilStep,
@@ -286,6 +287,9 @@ func admissionSummary(m configs.Model) string {
 	}
 	if d := m.Admission.MaxDetourBelowShare.Std(); d > 0 {
 		s += "; a tenant below its share waits for a backend within " + d.String() + " of its quickest start (max_detour_below_share)"
+	}
+	if d := m.Admission.MaxDetourBetterClass.Std(); d > 0 {
+		s += "; a class ahead of a worse one in flight waits for a backend within " + d.String() + " of its quickest start (max_detour_better_class)"
 	}
 	return s
 }

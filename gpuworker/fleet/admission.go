@@ -141,6 +141,11 @@ type Admission struct {
 	// negative turns it off. MaxDetour, where set, applies to every
 	// request instead.
 	BelowShareDetour time.Duration
+	// BetterClassDetour is the router's admission.max_detour_better_class:
+	// BelowShareDetour for a request whose class is better than another
+	// with requests in flight (priority beside flex). Where both apply,
+	// the larger. Zero or negative: off, the router's default.
+	BetterClassDetour time.Duration
 	// KVMax is the KV-cache use (0..1), as the router last scraped it, at
 	// which a worker with requests in flight takes no more: its engine
 	// could not admit a new prompt until running requests free blocks, so
@@ -380,7 +385,11 @@ type gate struct {
 	// belowDetour is BelowShareDetour in seconds (< 0 off): the detour
 	// bound of a request whose tenant is below its share (belowShare).
 	belowDetour float64
-	kvMax       float64 // < 0: off
+	// betterDetour is BetterClassDetour in seconds (< 0 off): the detour
+	// bound of a request whose class is ahead of a worse one in flight
+	// (aheadOfWorse).
+	betterDetour float64
+	kvMax        float64 // < 0: off
 	// batchMax is each worker's bound on pending prompt tokens for a
 	// batch line to bind (BatchPrefill at its prefill rate), idleMax the
 	// bound while it has only batch lines (BatchIdleFactor times that);
@@ -448,7 +457,10 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 			g.pendingMax[w] = int64(math.Ceil(steps * float64(p.MaxBatchedTokens)))
 		}
 	}
-	g.detour, g.belowDetour = -1, -1
+	g.detour, g.belowDetour, g.betterDetour = -1, -1, -1
+	if a.BetterClassDetour > 0 {
+		g.betterDetour = a.BetterClassDetour.Seconds()
+	}
 	if a.MaxDetour > 0 {
 		g.detour = a.MaxDetour.Seconds()
 	}
@@ -779,12 +791,35 @@ func (g *gate) suited(id int) bool {
 
 // detourOf is request id's detour bound in seconds, < 0 for none:
 // MaxDetour's, else BelowShareDetour's while its tenant is below its
-// share.
+// share and BetterClassDetour's while a worse class has requests in
+// flight, the larger where both apply; none while another request of its
+// tenant is set aside.
 func (g *gate) detourOf(id int) float64 {
-	if g.detour >= 0 || g.belowDetour < 0 || !g.belowShare(id) || g.tenantAside(id) {
+	if g.detour >= 0 {
 		return g.detour
 	}
-	return g.belowDetour
+	d := -1.0
+	if g.belowDetour >= 0 && g.belowShare(id) {
+		d = g.belowDetour
+	}
+	if g.betterDetour > d && g.aheadOfWorse(id) {
+		d = g.betterDetour
+	}
+	if d >= 0 && g.tenantAside(id) {
+		return -1
+	}
+	return d
+}
+
+// aheadOfWorse reports whether a class worse than request id's has
+// requests in flight (Admission.BetterClassDetour).
+func (g *gate) aheadOfWorse(id int) bool {
+	for k := g.s.out[id].Class + 1; k < admission.NumClasses; k++ {
+		if g.classIn[k] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // detourLimit is the longest estimate, in seconds, at which a worker

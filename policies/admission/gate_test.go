@@ -1100,6 +1100,81 @@ func TestGateKeepsABelowShareRequestOffAnEndpointThreeTimesSlower(t *testing.T) 
 	assert.Equal(t, 1.25, admission.DetourLimit(1.0, 250*time.Millisecond))
 }
 
+// With BetterClassDetour a priority request beside a flex one in flight
+// waits for the fast endpoint rather than take a slow one's room, as a
+// light tenant's does with BelowShareDetour; flex, with no worse class
+// beside it, and priority without the option take the room there is.
+func TestGateKeepsAPriorityRequestOffASlowEndpointBesideFlex(t *testing.T) {
+	for _, detour := range []time.Duration{250 * time.Millisecond, 0} {
+		var eps []*backends.Endpoint
+		for i, rate := range []int{10_000, 1_000} {
+			e, err := backends.NewEndpoint(fmt.Sprintf("http://10.0.0.%d:8000", i+1), 1)
+			require.NoError(t, err)
+			e.ObservePrefill(0, rate, time.Second)
+			eps = append(eps, e)
+		}
+		fast, slow := eps[0], eps[1]
+		pool, err := backends.NewPool("m", eps)
+		require.NoError(t, err)
+		g, err := admission.NewGate(pool, firstPicker{}, admission.Options{
+			Budget:            func(*backends.Endpoint) int { return 4 },
+			Patience:          time.Hour,
+			KVMax:             -1,
+			MaxPendingPrefill: 20 * time.Millisecond,
+			BetterClassDetour: detour,
+		})
+		require.NoError(t, err)
+		prompt := func(c admission.Class, tokens int) admission.Request {
+			r := req(c, "t")
+			r.Routing = &policies.Request{Model: "m", PromptTokens: tokens}
+			return r
+		}
+		ctx := context.Background()
+		flex, err := g.Admit(ctx, prompt(admission.Flex, 250))
+		require.NoError(t, err)
+		require.Same(t, fast, flex.Endpoint())
+		flex.Started()
+		att := fast.Start(250, 10)
+
+		// 200 tokens: 45 ms on the fast endpoint (25 ms of flex ahead,
+		// past the 20 ms bound), 200 ms on the slow one.
+		other, err := g.Admit(ctx, prompt(admission.Flex, 200))
+		require.NoError(t, err, "flex has no worse class beside it: it takes the slow endpoint's room")
+		assert.Same(t, slow, other.Endpoint())
+		other.Release()
+		if detour == 0 {
+			p, err := g.Admit(ctx, prompt(admission.Priority, 200))
+			require.NoError(t, err, "without the option priority takes the room there is")
+			assert.Same(t, slow, p.Endpoint())
+			p.Release()
+			att.Finish(backends.Outcome{})
+			flex.Release()
+			continue
+		}
+		// 100 tokens: 35 ms on the fast endpoint, 100 ms on the slow one.
+		near, err := g.Admit(ctx, prompt(admission.Priority, 100))
+		require.NoError(t, err, "within three times its best estimate: it takes the slow endpoint's room at once")
+		assert.Same(t, slow, near.Endpoint())
+		near.Release()
+
+		pri := queued(t, g, ctx, prompt(admission.Priority, 200))
+		assert.Equal(t, uint64(1), g.Stats()[admission.Priority].Detoured, "more than three times its best: it waits aside")
+		select {
+		case got := <-pri:
+			t.Fatalf("the priority request bound before the fast endpoint had room: %v", got.err)
+		default:
+		}
+		att.FirstToken(25 * time.Millisecond)
+		flex.Prefilled()
+		got := <-pri
+		require.NoError(t, got.err)
+		assert.Same(t, fast, got.t.Endpoint())
+		att.Finish(backends.Outcome{})
+		flex.Release()
+		got.t.Release()
+	}
+}
+
 // A request set aside for a quick endpoint that its client leaves is out
 // at once, and one whose wait runs out is shed as any other.
 func TestGateRequestWaitingForAQuickEndpointLeavesAndIsShed(t *testing.T) {

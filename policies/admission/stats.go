@@ -21,7 +21,7 @@ type ClassStats struct {
 	// (the shared store's Behind).
 	Behind uint64
 	// Detoured counts the requests of the class set aside to wait for a
-	// quick endpoint (Options.BelowShareDetour).
+	// quick endpoint (Options.BelowShareDetour, BetterClassDetour).
 	Detoured uint64
 	// HeldAbove counts the looks for room at which a request of the class
 	// was held by AboveSharePrefill or WorseClassPrefill where endpoints had

@@ -79,7 +79,8 @@ type QueueClass struct {
 	// class was held back for one that goes first on another replica.
 	HeldBehindTotal uint64 `json:"held_behind_total"`
 	// DetouredTotal counts the requests of the class set aside to wait
-	// for a quick backend (admission.max_detour_below_share).
+	// for a quick backend (admission.max_detour_below_share or
+	// max_detour_better_class).
 	DetouredTotal uint64 `json:"detoured_total"`
 	// HeldAboveShareTotal counts the looks for room at which a request of
 	// the class was held by admission.max_pending_prefill_above_share or
