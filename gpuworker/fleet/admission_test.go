@@ -501,6 +501,21 @@ func TestAdmissionPriorityWaitsLess(t *testing.T) {
 	assert.Less(t, quantile(res, admission.Priority, 0.99, ttft), 2*time.Second)
 }
 
+// scoredRun runs reqs with classes through the default policy (seed 9)
+// with an admission's rules, every request served.
+func scoredRun(t *testing.T, spec Spec, reqs []workload.Request, classes []admission.Class) func(*Admission) *Result {
+	return func(a *Admission) *Result {
+		p, err := scored.New(map[string]any{"seed": uint64(9)})
+		require.NoError(t, err)
+		res, err := Run(Options{Spec: spec, Pickers: []policies.Picker{p}, Classes: classes, Admission: a}, reqs)
+		require.NoError(t, err)
+		for i, o := range res.Requests {
+			require.True(t, o.OK, "request %d: %s", i, o.Err)
+		}
+		return res
+	}
+}
+
 // With WorseClassPrefill (on by default) flex, while priority has requests
 // in flight, hands each engine about one prompt a step: at 1.3x capacity,
 // 30% priority, over 1 H100 and 2 L4s with the default policy, priority's
@@ -512,16 +527,7 @@ func TestAdmissionWorseClassPrefill(t *testing.T) {
 	spec := mustSpec(t, "1xh100-llama3-8b,2xl4-llama3-8b")
 	reqs := synthetic(t, spec, 3000, 1.3, 23)
 	classes := classMix(len(reqs), 0.3, 2)
-	run := func(a *Admission) *Result {
-		p, err := scored.New(map[string]any{"seed": uint64(9)})
-		require.NoError(t, err)
-		res, err := Run(Options{Spec: spec, Pickers: []policies.Picker{p}, Classes: classes, Admission: a}, reqs)
-		require.NoError(t, err)
-		for i, o := range res.Requests {
-			require.True(t, o.OK, "request %d: %s", i, o.Err)
-		}
-		return res
-	}
+	run := scoredRun(t, spec, reqs, classes)
 	on, off := run(&Admission{}), run(&Admission{WorseClassPrefill: -1})
 	for _, q := range []float64{0.5, 0.99} {
 		a, b := quantile(on, admission.Priority, q, ttft), quantile(off, admission.Priority, q, ttft)
@@ -548,16 +554,7 @@ func TestAdmissionBetterClassDetour(t *testing.T) {
 	spec := mustSpec(t, "1xh100-llama3-8b,2xl4-llama3-8b")
 	reqs := synthetic(t, spec, 3000, 1.3, 23)
 	classes := classMix(len(reqs), 0.3, 2)
-	run := func(a *Admission) *Result {
-		p, err := scored.New(map[string]any{"seed": uint64(9)})
-		require.NoError(t, err)
-		res, err := Run(Options{Spec: spec, Pickers: []policies.Picker{p}, Classes: classes, Admission: a}, reqs)
-		require.NoError(t, err)
-		for i, o := range res.Requests {
-			require.True(t, o.OK, "request %d: %s", i, o.Err)
-		}
-		return res
-	}
+	run := scoredRun(t, spec, reqs, classes)
 	on, off := run(&Admission{BetterClassDetour: 100 * time.Millisecond}), run(&Admission{})
 	a, b := quantile(on, admission.Priority, 0.99, ttft), quantile(off, admission.Priority, 0.99, ttft)
 	t.Logf("priority p99: %v with the detour, %v without", a, b)

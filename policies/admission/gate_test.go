@@ -953,6 +953,14 @@ func (firstPicker) Pick(_ context.Context, _ *policies.Request, eps []*backends.
 // maxWait (zero: the defaults) and no looks for room.
 func twoSpeedGate(t *testing.T, maxWait [admission.NumClasses]time.Duration) (g *admission.Gate, fast, slow *backends.Endpoint) {
 	t.Helper()
+	return twoSpeedGateWith(t, admission.Options{MaxWait: maxWait, MaxPendingPrefill: 100 * time.Millisecond, BelowShareDetour: 250 * time.Millisecond})
+}
+
+// twoSpeedGateWith is a gate over a fast endpoint (10,000 prefill
+// tokens/s) and a slow one (1,000), both measured, with o's rules, a
+// budget of 4 each, no KV bound and full marks that last.
+func twoSpeedGateWith(t *testing.T, o admission.Options) (g *admission.Gate, fast, slow *backends.Endpoint) {
+	t.Helper()
 	var eps []*backends.Endpoint
 	for i, rate := range []int{10_000, 1_000} {
 		e, err := backends.NewEndpoint(fmt.Sprintf("http://10.0.0.%d:8000", i+1), 1)
@@ -962,14 +970,9 @@ func twoSpeedGate(t *testing.T, maxWait [admission.NumClasses]time.Duration) (g 
 	}
 	pool, err := backends.NewPool("m", eps)
 	require.NoError(t, err)
-	g, err = admission.NewGate(pool, firstPicker{}, admission.Options{
-		Budget:            func(*backends.Endpoint) int { return 4 },
-		Patience:          time.Hour,
-		KVMax:             -1,
-		MaxWait:           maxWait,
-		MaxPendingPrefill: 100 * time.Millisecond,
-		BelowShareDetour:  250 * time.Millisecond,
-	})
+	o.Budget = func(*backends.Endpoint) int { return 4 }
+	o.Patience, o.KVMax = time.Hour, -1
+	g, err = admission.NewGate(pool, firstPicker{}, o)
 	require.NoError(t, err)
 	return g, eps[0], eps[1]
 }
@@ -1044,24 +1047,7 @@ func TestGateLetsATenantBelowItsShareWaitForAQuickEndpoint(t *testing.T) {
 // Here the fast endpoint (10,000 prefill tokens/s) holds a heavy tenant's
 // 250-token prompt, over its 20 ms bound; the slow one has 1,000.
 func TestGateKeepsABelowShareRequestOffAnEndpointThreeTimesSlower(t *testing.T) {
-	var eps []*backends.Endpoint
-	for i, rate := range []int{10_000, 1_000} {
-		e, err := backends.NewEndpoint(fmt.Sprintf("http://10.0.0.%d:8000", i+1), 1)
-		require.NoError(t, err)
-		e.ObservePrefill(0, rate, time.Second)
-		eps = append(eps, e)
-	}
-	fast, slow := eps[0], eps[1]
-	pool, err := backends.NewPool("m", eps)
-	require.NoError(t, err)
-	g, err := admission.NewGate(pool, firstPicker{}, admission.Options{
-		Budget:            func(*backends.Endpoint) int { return 4 },
-		Patience:          time.Hour,
-		KVMax:             -1,
-		MaxPendingPrefill: 20 * time.Millisecond,
-		BelowShareDetour:  250 * time.Millisecond,
-	})
-	require.NoError(t, err)
+	g, fast, slow := twoSpeedGateWith(t, admission.Options{MaxPendingPrefill: 20 * time.Millisecond, BelowShareDetour: 250 * time.Millisecond})
 	prompt := func(tenant string, tokens int) admission.Request {
 		r := req(admission.Default, tenant)
 		r.Routing = &policies.Request{Model: "m", PromptTokens: tokens}
@@ -1106,24 +1092,7 @@ func TestGateKeepsABelowShareRequestOffAnEndpointThreeTimesSlower(t *testing.T) 
 // beside it, and priority without the option take the room there is.
 func TestGateKeepsAPriorityRequestOffASlowEndpointBesideFlex(t *testing.T) {
 	for _, detour := range []time.Duration{250 * time.Millisecond, 0} {
-		var eps []*backends.Endpoint
-		for i, rate := range []int{10_000, 1_000} {
-			e, err := backends.NewEndpoint(fmt.Sprintf("http://10.0.0.%d:8000", i+1), 1)
-			require.NoError(t, err)
-			e.ObservePrefill(0, rate, time.Second)
-			eps = append(eps, e)
-		}
-		fast, slow := eps[0], eps[1]
-		pool, err := backends.NewPool("m", eps)
-		require.NoError(t, err)
-		g, err := admission.NewGate(pool, firstPicker{}, admission.Options{
-			Budget:            func(*backends.Endpoint) int { return 4 },
-			Patience:          time.Hour,
-			KVMax:             -1,
-			MaxPendingPrefill: 20 * time.Millisecond,
-			BetterClassDetour: detour,
-		})
-		require.NoError(t, err)
+		g, fast, slow := twoSpeedGateWith(t, admission.Options{MaxPendingPrefill: 20 * time.Millisecond, BetterClassDetour: detour})
 		prompt := func(c admission.Class, tokens int) admission.Request {
 			r := req(c, "t")
 			r.Routing = &policies.Request{Model: "m", PromptTokens: tokens}
