@@ -111,10 +111,10 @@ type Options struct {
 	// priority request then takes a fast GPU rather than a slow one that
 	// has room beside the worse classes' backlog. The estimate counts no
 	// cached prefix, so on one GPU type with long cached prompts it moves
-	// requests off the backend holding their prefix (simulated: prefix
-	// hit ratio 0.46 to 0.36 on the long-document workload over 8 H100s
-	// at 0.6 load, goodput -10%). Where both apply, the larger bound. 0:
-	// off.
+	// requests off the backend holding their prefix (simulated at 100ms:
+	// prefix hit ratio 0.46 to 0.37 on the long-document workload over 8
+	// H100s at 0.6 load, goodput -9%). Where both apply, the larger bound.
+	// 0: off.
 	BetterClassDetour time.Duration
 	// AboveSharePrefill: a request whose tenant holds at least its
 	// weighted share of the requests in flight through this gate, while
