@@ -814,12 +814,7 @@ func (g *gate) detourOf(id int) float64 {
 // aheadOfWorse reports whether a class worse than request id's has
 // requests in flight (Admission.BetterClassDetour).
 func (g *gate) aheadOfWorse(id int) bool {
-	for k := g.s.out[id].Class + 1; k < admission.NumClasses; k++ {
-		if g.classIn[k] > 0 {
-			return true
-		}
-	}
-	return false
+	return g.classesIn(g.s.out[id].Class+1, admission.NumClasses)
 }
 
 // detourLimit is the longest estimate, in seconds, at which a worker
@@ -1125,8 +1120,12 @@ func (g *gate) markShare(id int) {
 // behindBetter reports whether a class better than request id's has
 // requests in flight (Admission.WorseClassPrefill).
 func (g *gate) behindBetter(id int) bool {
-	c := g.s.out[id].Class
-	for k := admission.Class(0); k < c && k < admission.NumClasses; k++ {
+	return g.classesIn(0, g.s.out[id].Class)
+}
+
+// classesIn reports whether a class in [from, to) has requests in flight.
+func (g *gate) classesIn(from, to admission.Class) bool {
+	for k := from; k < to && k < admission.NumClasses; k++ {
 		if g.classIn[k] > 0 {
 			return true
 		}

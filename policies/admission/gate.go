@@ -695,11 +695,13 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		}
 		room = append(room, e)
 	}
-	if d := g.detourLocked(r); len(room) > 0 && detour && !batch && d > 0 && !g.tenantAsideLocked(r) {
-		room = g.suitedLocked(room, avail, routing, exclude, d)
-		if len(room) == 0 {
-			g.scratch = room
-			return nil, "", errDetour
+	if len(room) > 0 && detour && !batch {
+		if d := g.detourLocked(r); d > 0 && !g.tenantAsideLocked(r) {
+			room = g.suitedLocked(room, avail, routing, exclude, d)
+			if len(room) == 0 {
+				g.scratch = room
+				return nil, "", errDetour
+			}
 		}
 	}
 	g.scratch = room
@@ -888,7 +890,13 @@ func (g *Gate) behindBetterLocked(r *Request) bool {
 	if g.o.WorseClassPrefill <= 0 || r.Class >= NumClasses || g.prefillBound(r.Class) <= 0 {
 		return false
 	}
-	for c := range r.Class {
+	return g.inFlightLocked(0, r.Class)
+}
+
+// inFlightLocked reports whether a class in [from, to) has requests in
+// flight here.
+func (g *Gate) inFlightLocked(from, to Class) bool {
+	for c := from; c < to && c < NumClasses; c++ {
 		if g.classIn[c] > 0 {
 			return true
 		}
@@ -1020,12 +1028,7 @@ func (g *Gate) detourLocked(r *Request) time.Duration {
 // aheadOfWorseLocked reports whether a class worse than r's has requests
 // in flight here.
 func (g *Gate) aheadOfWorseLocked(r *Request) bool {
-	for c := r.Class + 1; c < NumClasses; c++ {
-		if g.classIn[c] > 0 {
-			return true
-		}
-	}
-	return false
+	return g.inFlightLocked(r.Class+1, NumClasses)
 }
 
 // suitedLocked is room less the endpoints where r's expected time to first
