@@ -225,6 +225,19 @@ func TestReloadKeepsTheAdmissionQueue(t *testing.T) {
 	srv.stop()
 }
 
+// roundRobinGate is the gate main builds for model m over eps, picking by
+// round robin.
+func roundRobinGate(t *testing.T, m configs.Model, eps []*backends.Endpoint) *admission.Gate {
+	t.Helper()
+	pool, err := backends.NewPool(m.Name, eps)
+	require.NoError(t, err)
+	picker, err := roundrobin.New(nil)
+	require.NoError(t, err)
+	g, err := newGate(m, pool, picker, eps, nil)
+	require.NoError(t, err)
+	return g
+}
+
 // A backend's own max_pending_prompt_tokens overrides the model's (0
 // here: off): backend a, bounded at 100 tokens, takes one 150-token prompt
 // and then none while it is pending; b, unbounded, takes the rest.
@@ -237,12 +250,7 @@ func TestBackendMaxPendingPromptTokens(t *testing.T) {
 		require.NoError(t, err)
 		eps = append(eps, e)
 	}
-	pool, err := backends.NewPool(m.Name, eps)
-	require.NoError(t, err)
-	picker, err := roundrobin.New(nil)
-	require.NoError(t, err)
-	g, err := newGate(m, pool, picker, eps, nil)
-	require.NoError(t, err)
+	g := roundRobinGate(t, m, eps)
 	count := map[*backends.Endpoint]int{}
 	for range 10 {
 		tk, err := g.Admit(context.Background(), admission.Request{Class: admission.Default, Tokens: 200,
@@ -277,12 +285,7 @@ func TestMaxDetourBetterClassReachesTheGate(t *testing.T) {
 			eps = append(eps, e)
 		}
 		fast, slow := eps[0], eps[1]
-		pool, err := backends.NewPool(m.Name, eps)
-		require.NoError(t, err)
-		picker, err := roundrobin.New(nil)
-		require.NoError(t, err)
-		g, err := newGate(m, pool, picker, eps, nil)
-		require.NoError(t, err)
+		g := roundRobinGate(t, m, eps)
 		admit := func(class admission.Class, prompt int) (*admission.Ticket, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
@@ -337,13 +340,7 @@ func TestDefaultPrefillBound(t *testing.T) {
 		m := c.Models[0]
 		e, err := backends.NewEndpoint(m.Backends[0].URL, 1)
 		require.NoError(t, err)
-		pool, err := backends.NewPool(m.Name, []*backends.Endpoint{e})
-		require.NoError(t, err)
-		picker, err := roundrobin.New(nil)
-		require.NoError(t, err)
-		g, err := newGate(m, pool, picker, []*backends.Endpoint{e}, nil)
-		require.NoError(t, err)
-		return g, e
+		return roundRobinGate(t, m, []*backends.Endpoint{e}), e
 	}
 	// admitted sends requests of 200 prompt tokens until one finds no room
 	// (it would wait: its context ends) and says how many went.

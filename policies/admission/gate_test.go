@@ -1060,30 +1060,43 @@ func TestGateKeepsABelowShareRequestOffAnEndpointThreeTimesSlower(t *testing.T) 
 	heavy.Started()
 	att := fast.Start(250, 10)
 
-	// 100 tokens: 35 ms on the fast endpoint, 100 ms on the slow one.
-	near, err := g.Admit(ctx, prompt("light", 100))
-	require.NoError(t, err, "within three times its best estimate: it takes the slow endpoint's room at once")
-	assert.Same(t, slow, near.Endpoint())
-	near.Release()
+	// 100 tokens: 35 ms on the fast endpoint, 100 ms on the slow one;
+	// 200 tokens: 45 ms and 200 ms.
+	detourWaitsForFast(t, g, fast, slow, prompt("light", 100), prompt("light", 200), heavy, &att)
+	assert.Equal(t, 0.045, admission.DetourLimit(0.015, 250*time.Millisecond))
+	assert.Equal(t, 1.25, admission.DetourLimit(1.0, 250*time.Millisecond))
+}
 
-	// 200 tokens: 45 ms on the fast endpoint, 200 ms on the slow one.
-	light := queued(t, g, ctx, prompt("light", 200))
-	assert.Equal(t, uint64(1), g.Stats()[admission.Default].Detoured, "more than three times its best: it waits aside")
+// detourWaitsForFast checks the detour's bound on a gate whose fast
+// endpoint holds ahead's prompt (its attempt att) over its bound: near,
+// whose slow estimate is within three times its best, takes the slow
+// endpoint's room at once; far, beyond that, waits aside (counted in its
+// class's Detoured) until ahead's prompt is prefilled and then binds to
+// the fast endpoint. It ends ahead, its attempt and far.
+func detourWaitsForFast(t *testing.T, g *admission.Gate, fast, slow *backends.Endpoint, near, far admission.Request,
+	ahead *admission.Ticket, att *backends.Attempt) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := g.Admit(ctx, near)
+	require.NoError(t, err, "within three times its best estimate: it takes the slow endpoint's room at once")
+	assert.Same(t, slow, n.Endpoint())
+	n.Release()
+
+	waiting := queued(t, g, ctx, far)
+	assert.Equal(t, uint64(1), g.Stats()[far.Class].Detoured, "more than three times its best: it waits aside")
 	select {
-	case got := <-light:
-		t.Fatalf("the light request bound before the fast endpoint had room: %v", got.err)
+	case got := <-waiting:
+		t.Fatalf("the %s request bound before the fast endpoint had room: %v", far.Class, got.err)
 	default:
 	}
 	att.FirstToken(25 * time.Millisecond)
-	heavy.Prefilled()
-	got := <-light
+	ahead.Prefilled()
+	got := <-waiting
 	require.NoError(t, got.err)
 	assert.Same(t, fast, got.t.Endpoint())
 	att.Finish(backends.Outcome{})
-	heavy.Release()
+	ahead.Release()
 	got.t.Release()
-	assert.Equal(t, 0.045, admission.DetourLimit(0.015, 250*time.Millisecond))
-	assert.Equal(t, 1.25, admission.DetourLimit(1.0, 250*time.Millisecond))
 }
 
 // With BetterClassDetour a priority request beside a flex one in flight
@@ -1121,26 +1134,7 @@ func TestGateKeepsAPriorityRequestOffASlowEndpointBesideFlex(t *testing.T) {
 			continue
 		}
 		// 100 tokens: 35 ms on the fast endpoint, 100 ms on the slow one.
-		near, err := g.Admit(ctx, prompt(admission.Priority, 100))
-		require.NoError(t, err, "within three times its best estimate: it takes the slow endpoint's room at once")
-		assert.Same(t, slow, near.Endpoint())
-		near.Release()
-
-		pri := queued(t, g, ctx, prompt(admission.Priority, 200))
-		assert.Equal(t, uint64(1), g.Stats()[admission.Priority].Detoured, "more than three times its best: it waits aside")
-		select {
-		case got := <-pri:
-			t.Fatalf("the priority request bound before the fast endpoint had room: %v", got.err)
-		default:
-		}
-		att.FirstToken(25 * time.Millisecond)
-		flex.Prefilled()
-		got := <-pri
-		require.NoError(t, got.err)
-		assert.Same(t, fast, got.t.Endpoint())
-		att.Finish(backends.Outcome{})
-		flex.Release()
-		got.t.Release()
+		detourWaitsForFast(t, g, fast, slow, prompt(admission.Priority, 100), prompt(admission.Priority, 200), flex, &att)
 	}
 }
 
