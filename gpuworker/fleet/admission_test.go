@@ -397,12 +397,21 @@ func TestAdmissionAboveSharePrefill(t *testing.T) {
 // to a third, one prompt always passing, the three handed engines up to
 // three prompts a step: light p99 470 and 411 ms on Poisson seeds 2 and 3
 // against one replica's 245 and 252 ms; live 423 and 482 against 227.)
+//
+// The p99 is the light tenant's third slowest request of about 270, which
+// moves with the seed either way (0.52-1.61x on seeds 20-29), so the test
+// asks it of the mean ratio over five seeds.
 func TestAdmissionAboveSharePrefillAcrossReplicas(t *testing.T) {
-	run1, q := twoTenantRun(t, 1)
-	run3, _ := twoTenantRun(t, 3)
-	one, three := q(run1(&Admission{}), "light", 0.99), q(run3(&Admission{}), "light", 0.99)
-	t.Logf("light p99 %v behind one replica, %v behind three", one, three)
-	assert.Less(t, three.Seconds(), 1.2*one.Seconds())
+	sum := 0.0
+	const seeds = 5
+	for seed := uint64(20); seed < 20+seeds; seed++ {
+		run1, q := twoTenantRunSeed(t, 1, seed)
+		run3, _ := twoTenantRunSeed(t, 3, seed)
+		one, three := q(run1(&Admission{}), "light", 0.99), q(run3(&Admission{}), "light", 0.99)
+		t.Logf("seed %d: light p99 %v behind one replica, %v behind three", seed, one, three)
+		sum += three.Seconds() / one.Seconds()
+	}
+	assert.Less(t, sum/seeds, 1.2, "three replicas' light p99 over one's, the mean over the seeds")
 }
 
 // Beside a tenant sending ten times its tokens at 1.3x capacity, the
@@ -457,8 +466,13 @@ func TestAdmissionDetourKeepsALightTenantOffSlowWorkers(t *testing.T) {
 // and a tenant's TTFT quantile in a result (every request must have been
 // served).
 func twoTenantRun(t *testing.T, routers int) (run func(*Admission) *Result, q func(*Result, string, float64) time.Duration) {
+	return twoTenantRunSeed(t, routers, 26)
+}
+
+// twoTenantRunSeed is twoTenantRun on the workload of another seed.
+func twoTenantRunSeed(t *testing.T, routers int, seed uint64) (run func(*Admission) *Result, q func(*Result, string, float64) time.Duration) {
 	spec := mustSpec(t, "1xh100-llama3-8b,2xl4-llama3-8b")
-	reqs := synthetic(t, spec, 3000, 1.3, 26)
+	reqs := synthetic(t, spec, 3000, 1.3, seed)
 	tenants := make([]string, len(reqs))
 	for i := range tenants {
 		tenants[i] = "heavy"
