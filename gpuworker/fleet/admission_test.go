@@ -369,14 +369,24 @@ func TestAdmissionPrefillBoundByClass(t *testing.T) {
 // BelowSharePrefill: beside a tenant sending ten times its requests at
 // 1.3x capacity, a light tenant's requests, which hold less than their
 // share of those in flight, bind past the heavy tenant's prefill backlog:
-// its tail is shorter, and the heavy tenant's median wait no longer.
+// with the default policy its tail is shorter, and the heavy tenant's
+// median wait no longer. The p99 is the light tenant's third slowest
+// request of about 270 and moves with the seed (0.70-1.01x on seeds
+// 20-29), so the test asks it of the mean over five seeds; with
+// least_request the rule does about nothing (0.89-1.13x, mean 0.98).
 func TestAdmissionBelowSharePrefill(t *testing.T) {
-	run, q := twoTenantRun(t, 1)
-	one := run(&Admission{PendingPrefill: 35 * time.Millisecond, AboveSharePrefill: -1})
-	split := run(&Admission{PendingPrefill: 35 * time.Millisecond, BelowSharePrefill: 70 * time.Millisecond, AboveSharePrefill: -1})
-	t.Logf("light p99 %v -> %v; heavy p50 %v -> %v", q(one, "light", 0.99), q(split, "light", 0.99), q(one, "heavy", 0.5), q(split, "heavy", 0.5))
-	assert.Less(t, q(split, "light", 0.99), q(one, "light", 0.99))
-	assert.InEpsilon(t, q(one, "heavy", 0.5).Seconds(), q(split, "heavy", 0.5).Seconds(), 0.05)
+	def := func(map[string]any) (policies.Picker, error) { return scored.New(map[string]any{"seed": uint64(9)}) }
+	sum := 0.0
+	const seeds = 5
+	for seed := uint64(20); seed < 20+seeds; seed++ {
+		run, q := twoTenantRunSeed(t, 1, seed, def)
+		one := run(&Admission{PendingPrefill: 35 * time.Millisecond, AboveSharePrefill: -1})
+		split := run(&Admission{PendingPrefill: 35 * time.Millisecond, BelowSharePrefill: 70 * time.Millisecond, AboveSharePrefill: -1})
+		t.Logf("seed %d: light p99 %v -> %v; heavy p50 %v -> %v", seed, q(one, "light", 0.99), q(split, "light", 0.99), q(one, "heavy", 0.5), q(split, "heavy", 0.5))
+		sum += q(split, "light", 0.99).Seconds() / q(one, "light", 0.99).Seconds()
+		assert.InEpsilon(t, q(one, "heavy", 0.5).Seconds(), q(split, "heavy", 0.5).Seconds(), 0.05, "seed %d", seed)
+	}
+	assert.Less(t, sum/seeds, 0.95, "the light tenant's p99 with the rule over without, the mean over the seeds")
 }
 
 // With the default AboveSharePrefill, at 1.3x capacity the heavy tenant
@@ -405,8 +415,8 @@ func TestAdmissionAboveSharePrefillAcrossReplicas(t *testing.T) {
 	sum := 0.0
 	const seeds = 5
 	for seed := uint64(20); seed < 20+seeds; seed++ {
-		run1, q := twoTenantRunSeed(t, 1, seed)
-		run3, _ := twoTenantRunSeed(t, 3, seed)
+		run1, q := twoTenantRunSeed(t, 1, seed, leastrequest.New)
+		run3, _ := twoTenantRunSeed(t, 3, seed, leastrequest.New)
 		one, three := q(run1(&Admission{}), "light", 0.99), q(run3(&Admission{}), "light", 0.99)
 		t.Logf("seed %d: light p99 %v behind one replica, %v behind three", seed, one, three)
 		sum += three.Seconds() / one.Seconds()
@@ -466,11 +476,12 @@ func TestAdmissionDetourKeepsALightTenantOffSlowWorkers(t *testing.T) {
 // and a tenant's TTFT quantile in a result (every request must have been
 // served).
 func twoTenantRun(t *testing.T, routers int) (run func(*Admission) *Result, q func(*Result, string, float64) time.Duration) {
-	return twoTenantRunSeed(t, routers, 26)
+	return twoTenantRunSeed(t, routers, 26, leastrequest.New)
 }
 
-// twoTenantRunSeed is twoTenantRun on the workload of another seed.
-func twoTenantRunSeed(t *testing.T, routers int, seed uint64) (run func(*Admission) *Result, q func(*Result, string, float64) time.Duration) {
+// twoTenantRunSeed is twoTenantRun on the workload of another seed, with
+// the policy policy.
+func twoTenantRunSeed(t *testing.T, routers int, seed uint64, policy policies.Factory) (run func(*Admission) *Result, q func(*Result, string, float64) time.Duration) {
 	spec := mustSpec(t, "1xh100-llama3-8b,2xl4-llama3-8b")
 	reqs := synthetic(t, spec, 3000, 1.3, seed)
 	tenants := make([]string, len(reqs))
@@ -492,7 +503,7 @@ func twoTenantRunSeed(t *testing.T, routers int, seed uint64) (run func(*Admissi
 		return ds[int(p*float64(len(ds)-1))]
 	}
 	run = func(a *Admission) *Result {
-		res, err := Run(Options{Spec: spec, Pickers: pickers(t, leastrequest.New, routers), TenantOf: tenants, Admission: a}, reqs)
+		res, err := Run(Options{Spec: spec, Pickers: pickers(t, policy, routers), TenantOf: tenants, Admission: a}, reqs)
 		require.NoError(t, err)
 		return res
 	}
