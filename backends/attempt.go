@@ -252,18 +252,26 @@ func (a *Attempt) Finish(o Outcome) {
 
 // PrefillAhead is the prompt tokens e must prefill before it can start on a
 // new request with prompt tokens: the prompts this replica has sent there
-// without a first token yet (PendingPromptTokens) and, when a fresh scrape
-// shows more requests waiting in the engine than this replica has pending
-// there (other replicas' prompts), that surplus at the mean size of the
-// prompts this replica has sent there (this prompt's size before the
-// first). Running requests are not counted: they are past their prefill or
-// in it, and the measured prefill rate already reflects the decode work
-// they add to each step. An Attempt records it when it starts and passes it
-// to ObservePrefill, so that the measured rate and the backlog it divides
-// count the same tokens.
+// without a first token yet (PendingPromptTokens) and the other replicas'.
+// Those are what the shared admission store last reported
+// (StoreOthersPending) when that is newer than the last scrape; else, when
+// the scrape shows more requests waiting in the engine than this replica
+// has pending there, that surplus at the mean size of the prompts this
+// replica has sent there (this prompt's size before the first). Running
+// requests are not counted: they are past their prefill or in it, and the
+// measured prefill rate already reflects the decode work they add to each
+// step. An Attempt records it when it starts and passes it to
+// ObservePrefill, so that the measured rate and the backlog it divides
+// count the same tokens: a replica that counted only its own prompts and a
+// scrape up to an interval old read an H100's prefill rate 17% low through
+// the Azure trace's bursts beside two other replicas (simulated), and so
+// turned requests away from it.
 func (e *Endpoint) PrefillAhead(prompt int64) int64 {
 	own := e.PendingPromptTokens()
 	l := e.Load()
+	if o := e.sig.othersPending.Load(); o != nil && (l == nil || o.at.After(l.At)) {
+		return own + o.tokens
+	}
 	if l == nil {
 		return own
 	}

@@ -35,10 +35,27 @@ type signals struct {
 	ttft             atomic.Uint64 // float64 bits, seconds; 0 until the first observation
 	pendingPrompt    atomic.Int64
 	pendingRequests  atomic.Int64
-	sentPrompt       atomic.Int64  // prompt tokens of every BeginPrefill
-	sentPrefills     atomic.Int64  // number of BeginPrefill calls
-	prefillRate      atomic.Uint64 // float64 bits, tokens/s; 0 until the first observation
-	streamTimed      atomic.Bool   // a streamed first token has been timed (Attempt.FirstToken)
+	sentPrompt       atomic.Int64                  // prompt tokens of every BeginPrefill
+	sentPrefills     atomic.Int64                  // number of BeginPrefill calls
+	prefillRate      atomic.Uint64                 // float64 bits, tokens/s; 0 until the first observation
+	streamTimed      atomic.Bool                   // a streamed first token has been timed (Attempt.FirstToken)
+	othersPending    atomic.Pointer[othersPending] // StoreOthersPending's
+}
+
+// othersPending is the prompt tokens other router replicas had sent an
+// endpoint and not yet seen prefilled, as the shared admission store
+// reported them at a time.
+type othersPending struct {
+	at     time.Time
+	tokens int64
+}
+
+// StoreOthersPending records what the shared admission store reported at
+// time at: the prompt tokens pending on the endpoint over all replicas,
+// this one's included. PrefillAhead counts the part not this replica's in
+// place of the scraped queue while the report is newer than the scrape.
+func (e *Endpoint) StoreOthersPending(at time.Time, all int64) {
+	e.sig.othersPending.Store(&othersPending{at: at, tokens: max(all-e.PendingPromptTokens(), 0)})
 }
 
 // Load returns the last scraped engine state, or nil when the endpoint has

@@ -3,6 +3,7 @@ package policies_test
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -89,6 +90,23 @@ func TestPrefillAhead(t *testing.T) {
 	e = policytest.Build(t, policytest.Spec{Load: scraped(9, 0), Stale: true})[0]
 	pending(e, 1, 1000)
 	assert.EqualValues(t, 1000, policies.PrefillAhead(e, 500), "a failed scrape shows no other replicas' work")
+
+	// The shared store's count of every replica's pending prompts stands in
+	// for the scrape while it is the newer of the two.
+	e = policytest.Build(t, policytest.Spec{Load: scraped(5, 0)})[0] // scraped at time.Unix(1, 0)
+	pending(e, 2, 1000)
+	e.StoreOthersPending(time.Unix(2, 0), 2000+2500)
+	assert.EqualValues(t, 2000+2500, policies.PrefillAhead(e, 500), "the store's report, newer than the scrape: others' 2,500 tokens")
+	e.StoreOthersPending(time.Unix(0, 0), 2000+2500)
+	assert.EqualValues(t, 2000+3*1000, policies.PrefillAhead(e, 500), "the scrape, newer than the store's report")
+	e.StoreOthersPending(time.Unix(2, 0), 1500)
+	assert.EqualValues(t, 2000, policies.PrefillAhead(e, 500), "the store counting fewer than this replica's own: others none")
+	e.BeginPrefill(700)
+	assert.EqualValues(t, 2700, policies.PrefillAhead(e, 500), "this replica's prompts since the report count as its own")
+
+	e = policytest.Build(t, policytest.Spec{})[0]
+	e.StoreOthersPending(time.Unix(2, 0), 1200)
+	assert.EqualValues(t, 1200, policies.PrefillAhead(e, 500), "never scraped: the store's report")
 }
 
 func TestPrefixTable(t *testing.T) {

@@ -21,7 +21,13 @@ import (
 type breakerSlots struct {
 	next   admission.Slots
 	forget func(lease string)
-	cb     *gobreaker.CircuitBreaker[admission.Grant]
+	cb     *gobreaker.CircuitBreaker[acquired]
+}
+
+// acquired is what Acquire answers, as the breaker passes it on.
+type acquired struct {
+	grant   admission.Grant
+	pending int64
 }
 
 // breakerProbe is how often a failing store is asked again.
@@ -32,7 +38,7 @@ var _ admission.Slots = (*breakerSlots)(nil)
 // newBreakerSlots puts a breaker in front of next; closed, when not nil,
 // is called each time a probe finds the store answering again.
 func newBreakerSlots(next admission.Slots, forget func(lease string), closed func()) *breakerSlots {
-	return &breakerSlots{next: next, forget: forget, cb: gobreaker.NewCircuitBreaker[admission.Grant](gobreaker.Settings{
+	return &breakerSlots{next: next, forget: forget, cb: gobreaker.NewCircuitBreaker[acquired](gobreaker.Settings{
 		Name:        "admission store",
 		MaxRequests: 1,
 		Timeout:     breakerProbe,
@@ -47,12 +53,16 @@ func newBreakerSlots(next admission.Slots, forget func(lease string), closed fun
 
 // call runs f through the breaker.
 func (s *breakerSlots) call(f func() error) error {
-	_, err := s.cb.Execute(func() (admission.Grant, error) { return 0, f() })
+	_, err := s.cb.Execute(func() (acquired, error) { return acquired{}, f() })
 	return err
 }
 
-func (s *breakerSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
-	return s.cb.Execute(func() (admission.Grant, error) { return s.next.Acquire(ctx, l) })
+func (s *breakerSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, int64, error) {
+	a, err := s.cb.Execute(func() (acquired, error) {
+		g, pending, err := s.next.Acquire(ctx, l)
+		return acquired{g, pending}, err
+	})
+	return a.grant, a.pending, err
 }
 
 func (s *breakerSlots) Release(ctx context.Context, pool, backend, lease string) error {

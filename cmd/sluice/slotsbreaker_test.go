@@ -25,7 +25,7 @@ type countedSlots struct {
 	acquires, releases atomic.Int64
 }
 
-func (c *countedSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
+func (c *countedSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, int64, error) {
 	c.acquires.Add(1)
 	return c.Slots.Acquire(ctx, l)
 }
@@ -56,7 +56,8 @@ func TestAHungAdmissionStoreIsAskedOncePerProbe(t *testing.T) {
 	acquire := func(id string) (admission.Grant, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
-		return s.Acquire(ctx, admission.Lease{Pool: "m", Backend: "b", ID: id, Budget: 10, Now: time.Now(), TTL: time.Minute})
+		g, _, err := s.Acquire(ctx, admission.Lease{Pool: "m", Backend: "b", ID: id, Budget: 10, Now: time.Now(), TTL: time.Minute})
+		return g, err
 	}
 	g, err := acquire("a")
 	require.NoError(t, err)

@@ -35,7 +35,7 @@ func newTimedSlots(next admission.Slots, reg prometheus.Registerer) (*timedSlots
 
 func since(o prometheus.Observer, start time.Time) { o.Observe(time.Since(start).Seconds()) }
 
-func (s *timedSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
+func (s *timedSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, int64, error) {
 	defer since(s.acquire, time.Now())
 	return s.next.Acquire(ctx, l)
 }

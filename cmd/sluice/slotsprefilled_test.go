@@ -29,7 +29,7 @@ func TestBatchedPrefilledEndsPromptsInRedis(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	acquire := func(backend, id string) {
-		g, err := slots.Acquire(ctx, admission.Lease{Pool: "m", Backend: backend, ID: id, Budget: 10, Class: admission.Default,
+		g, _, err := slots.Acquire(ctx, admission.Lease{Pool: "m", Backend: backend, ID: id, Budget: 10, Class: admission.Default,
 			Now: time.Now(), TTL: time.Minute, Patience: 50 * time.Millisecond, Prompt: 100, MaxPrompt: 1000})
 		require.NoError(t, err)
 		require.Equal(t, admission.Granted, g)

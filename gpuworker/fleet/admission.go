@@ -366,7 +366,11 @@ type gate struct {
 	// pendingPrefill is each class's prefill bound (Admission.PendingPrefill
 	// or its ClassPendingPrefill entry) in seconds (0: off).
 	pendingPrefill [admission.NumClasses]float64
-	unfilled       []bool
+	// sharesPending: several replicas bound by pendingPrefill, which each
+	// learns the others' pending prompts on a worker from when it binds
+	// there (backends.Endpoint.StoreOthersPending).
+	sharesPending bool
+	unfilled      []bool
 	// With Admission.ReleaseAtStep or AboveSharePrefill, fresh holds the
 	// prompt tokens bound to each worker since its engine last planned a
 	// step, all replicas' (as the live routers count them together in the
@@ -480,6 +484,10 @@ func newGate(s *sim, a *Admission) (*gate, error) {
 		g.pendingPrefill[c] = cmp.Or(a.ClassPendingPrefill[c], a.PendingPrefillBound()).Seconds()
 		tracks = tracks || g.pendingPrefill[c] > 0
 	}
+	// As the live gates with Redis, each replica learns every replica's
+	// pending prompts on a worker when it binds there
+	// (admission.Slots.Acquire).
+	g.sharesPending = tracks && len(s.eps) > 1
 	if tracks {
 		g.above = a.AboveSharePrefillBound().Seconds()
 		g.worse = a.WorseClassPrefillBound().Seconds()
@@ -668,6 +676,10 @@ func (g *gate) bind(id int, now int64) (int, error) {
 	if g.others != nil && !s.confined(id) {
 		g.others[w]++
 	}
+	ep := s.eps[replica][w]
+	if g.sharesPending {
+		ep.StoreOthersPending(epoch.Add(time.Duration(now)), g.pending[w])
+	}
 	g.pending[w] += int64(s.reqs[id].PromptTokens)
 	g.unfilled[id] = true
 	if g.fresh != nil {
@@ -676,7 +688,6 @@ func (g *gate) bind(id int, now int64) (int, error) {
 		g.freshIDs[w] = append(g.freshIDs[w], int32(id))
 	}
 	r := &s.reqs[id]
-	ep := s.eps[replica][w]
 	s.att[id] = ep.Start(int64(r.PromptTokens), int64(r.PromptTokens+r.OutputTokens))
 	s.place(id, w, nil)
 	return w, nil

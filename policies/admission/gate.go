@@ -729,10 +729,18 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		}
 		lease = l.ID
 		var grant Grant
+		var pending int64
 		err = g.shared(func(sctx context.Context) (err error) {
-			grant, err = g.o.Shared.Acquire(sctx, l)
+			grant, pending, err = g.o.Shared.Acquire(sctx, l)
 			return err
 		})
+		if err == nil && grant == Granted && g.sharesPrefill() {
+			// The store counts every replica's prompts: the others' are
+			// ahead of this one, which the picker and the prefill rate
+			// measured from its first token must count (the scrape
+			// shows them an interval late).
+			ep.StoreOthersPending(now, pending)
+		}
 		switch {
 		case err != nil: // the store failed: admit within this replica's share
 			g.orphanLocked(ep, lease) // the store may have granted it all the same

@@ -816,11 +816,11 @@ func TestBatchLineTooLongForNowIsSetAside(t *testing.T) {
 // (Behind) and grants every other lease.
 type behindSlots struct{ behind string }
 
-func (s behindSlots) Acquire(_ context.Context, l admission.Lease) (admission.Grant, error) {
+func (s behindSlots) Acquire(_ context.Context, l admission.Lease) (admission.Grant, int64, error) {
 	if l.Tenant == s.behind {
-		return admission.Behind, nil
+		return admission.Behind, 0, nil
 	}
-	return admission.Granted, nil
+	return admission.Granted, 0, nil
 }
 func (behindSlots) Release(context.Context, string, string, string) error      { return nil }
 func (behindSlots) Prefilled(context.Context, string, string, ...string) error { return nil }

@@ -22,7 +22,11 @@ type Slots interface {
 	// served fewer weighted tokens there than l.Tenant (else Behind). A
 	// waiting request whose replica has stopped beating (Beat) counts for
 	// nothing. A granted lease counts l.Cost as served to l.Tenant.
-	Acquire(ctx context.Context, l Lease) (Grant, error)
+	// Granted, it also reports the prompt tokens pending on l.Backend
+	// before this lease, every replica's (0 otherwise), so that the
+	// replica can count the others' prompts ahead of its own
+	// (backends.Endpoint.StoreOthersPending).
+	Acquire(ctx context.Context, l Lease) (g Grant, pending int64, err error)
 	// Release frees a lease (and its pending prompt).
 	Release(ctx context.Context, pool, backend, lease string) error
 	// Prefilled ends the pending prompts of leases on backend (fresh or

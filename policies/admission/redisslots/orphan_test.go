@@ -24,12 +24,12 @@ type lateSlots struct {
 	failNext atomic.Bool
 }
 
-func (s *lateSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
-	ok, err := s.Slots.Acquire(ctx, l)
+func (s *lateSlots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, int64, error) {
+	ok, pending, err := s.Slots.Acquire(ctx, l)
 	if err == nil && s.failNext.CompareAndSwap(true, false) {
-		return admission.Full, errors.New("deadline exceeded after the script ran")
+		return admission.Full, 0, errors.New("deadline exceeded after the script ran")
 	}
-	return ok, err
+	return ok, pending, err
 }
 
 // TestALeaseGrantedLateIsReleased: an Acquire that fails on the replica

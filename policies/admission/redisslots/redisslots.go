@@ -31,9 +31,10 @@ import (
 // wait set the score below which its requests are gone. A waiting request whose id is
 // "REPLICA-..." counts only while REPLICA's alive key lives (Wait and Beat
 // set it); the script drops those it finds dead.
-// Returns 1 when the lease was taken, 0 when the backend is full, 2 when
-// requests that go first wait elsewhere, 3 when its fresh prompts are at
-// max_fresh.
+// Returns {code, pending}: code 1 when the lease was taken, 0 when the
+// backend is full, 2 when requests that go first wait elsewhere, 3 when its
+// fresh prompts are at max_fresh; pending, with code 1, the prompt tokens
+// the backend's live leases held pending before this one (0 otherwise).
 const acquireScript = `
 local now = tonumber(ARGV[3])
 local function live(id)
@@ -59,12 +60,12 @@ end
 for i = 7, #KEYS do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[11 + i])
   if waits(KEYS[i], ARGV[5]) then
-    return 2
+    return {2, 0}
   end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[14])
 if waits(KEYS[3], ARGV[10]) then
-  return 2
+  return {2, 0}
 end
 local vt = tonumber(redis.call('HGET', KEYS[5], '\0v') or '0')
 local function served(t)
@@ -78,7 +79,7 @@ if cost > 0 then
       local k = ARGV[13] .. t
       redis.call('ZREMRANGEBYSCORE', k, '-inf', '(' .. ARGV[14])
       if waits(k, '+inf') then
-        return 2
+        return {2, 0}
       end
       if redis.call('ZCARD', k) == 0 then
         redis.call('SREM', KEYS[4], t)
@@ -97,7 +98,7 @@ if #expired > 0 then
 end
 local held = redis.call('ZCARD', KEYS[1])
 if held >= tonumber(ARGV[1]) then
-  return 0
+  return {0, 0}
 end
 local function prompts(k)
   local kv = redis.call('HGETALL', k)
@@ -113,13 +114,17 @@ local function prompts(k)
   end
   return sum
 end
+local pending = 0
+if held > 0 then
+  pending = prompts(KEYS[2])
+end
 local maxp = tonumber(ARGV[7])
-if maxp > 0 and held > 0 and prompts(KEYS[2]) >= maxp then
-  return 0
+if maxp > 0 and pending >= maxp then
+  return {0, 0}
 end
 local maxf = tonumber(ARGV[16])
 if maxf > 0 and held > 0 and prompts(KEYS[6]) >= maxf then
-  return 3
+  return {3, 0}
 end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
@@ -136,7 +141,7 @@ if cost > 0 then
   redis.call('HSET', KEYS[5], '\0v', string.format('%.17g', mine), ARGV[11], string.format('%.17g', mine + cost))
   redis.call('PEXPIRE', KEYS[5], ARGV[6])
 end
-return 1
+return {1, pending}
 `
 
 // Slots is admission.Slots on Redis.
@@ -231,7 +236,7 @@ func (s *Slots) served(pool string, c admission.Class, p int) string {
 }
 
 // Acquire implements admission.Slots.
-func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, error) {
+func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant, int64, error) {
 	ms := l.Now.UnixMilli()
 	keys := make([]string, 6, 6+int(l.Class))
 	keys[0], keys[1], keys[2] = s.leases(l.Pool, l.Backend), s.prompts(l.Pool, l.Backend), s.waitingTenant(l.Pool, l.Class, l.Tenant)
@@ -264,21 +269,23 @@ func (s *Slots) Acquire(ctx context.Context, l admission.Lease) (admission.Grant
 		max(l.MaxPrompt, 0), max(l.Prompt, 0), until, since - l.Patience.Milliseconds(),
 		l.Tenant, strconv.FormatFloat(max(l.Cost, 0), 'g', -1, 64), s.waitingTenant(l.Pool, l.Class, ""), gone(l.Class),
 		s.alive(l.Pool, ""), max(l.MaxFresh, 0), fresh}, trims...)
-	v, err := s.acquire.Run(ctx, s.client, keys, args...).Int()
+	v, err := s.acquire.Run(ctx, s.client, keys, args...).Int64Slice()
 	switch {
 	case err != nil:
-		return admission.Full, fmt.Errorf("redisslots: acquire: %w", err)
-	case v == 1:
+		return admission.Full, 0, fmt.Errorf("redisslots: acquire: %w", err)
+	case len(v) != 2:
+		return admission.Full, 0, fmt.Errorf("redisslots: acquire: the script answered %v", v)
+	case v[0] == 1:
 		s.mu.Lock()
 		s.held[l.ID] = heldLease{pool: l.Pool, backend: l.Backend, ttl: l.TTL}
 		s.mu.Unlock()
-		return admission.Granted, nil
-	case v == 2:
-		return admission.Behind, nil
-	case v == 3:
-		return admission.FreshFull, nil
+		return admission.Granted, v[1], nil
+	case v[0] == 2:
+		return admission.Behind, 0, nil
+	case v[0] == 3:
+		return admission.FreshFull, 0, nil
 	}
-	return admission.Full, nil
+	return admission.Full, 0, nil
 }
 
 // Release implements admission.Slots; it tells the replicas' Watch.

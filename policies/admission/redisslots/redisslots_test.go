@@ -34,7 +34,7 @@ func newSlots(t *testing.T) *redisslots.Slots {
 
 // granted is whether s.Acquire took l.
 func granted(s *redisslots.Slots, l admission.Lease) (bool, error) {
-	g, err := s.Acquire(context.Background(), l)
+	g, _, err := s.Acquire(context.Background(), l)
 	return g == admission.Granted, err
 }
 
@@ -131,6 +131,36 @@ func TestAcquireHoldsThePendingPromptsAcrossCallers(t *testing.T) {
 	assert.EqualValues(t, 500, pending())
 }
 
+// A granted Acquire reports the prompt tokens pending on the backend before
+// it, every caller's: what a replica counts ahead of its own prompts
+// (backends.Endpoint.StoreOthersPending). A refused one reports none.
+func TestAcquireReportsThePendingPrompts(t *testing.T) {
+	s := newSlots(t)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	acquire := func(id string, prompt int64) (admission.Grant, int64) {
+		t.Helper()
+		l := lease(10, admission.Default, id, now)
+		l.MaxPrompt, l.Prompt = 1000, prompt
+		g, pending, err := s.Acquire(ctx, l)
+		require.NoError(t, err)
+		return g, pending
+	}
+	g, pending := acquire("a", 300)
+	assert.Equal(t, admission.Granted, g)
+	assert.Zero(t, pending, "nothing pending before the first")
+	g, pending = acquire("b", 200)
+	assert.Equal(t, admission.Granted, g)
+	assert.EqualValues(t, 300, pending, "a's prompt")
+	require.NoError(t, s.Prefilled(ctx, "m", "b1", "a"))
+	g, pending = acquire("c", 800)
+	assert.Equal(t, admission.Granted, g)
+	assert.EqualValues(t, 200, pending, "a has its first token: b's prompt")
+	g, pending = acquire("d", 5)
+	assert.Equal(t, admission.Full, g, "1,000 tokens pending, at the bound")
+	assert.Zero(t, pending)
+}
+
 // Fresh prompts (not yet in an engine step) count apart from pending ones:
 // a lease held to MaxFresh is refused (FreshFull, not Full) while the
 // backend's fresh prompts over all callers are at it, until Stepped ends
@@ -145,7 +175,7 @@ func TestAcquireHoldsTheFreshPromptsAcrossCallers(t *testing.T) {
 		t.Helper()
 		l := lease(10, admission.Default, id, now)
 		l.MaxPrompt, l.Prompt, l.Fresh, l.MaxFresh = 1000, prompt, fresh, maxFresh
-		g, err := s.Acquire(ctx, l)
+		g, _, err := s.Acquire(ctx, l)
 		require.NoError(t, err)
 		return g
 	}
@@ -179,7 +209,7 @@ func TestAcquireHoldsTheFreshPromptsAcrossCallers(t *testing.T) {
 	// An expired lease takes its fresh prompt with it.
 	l := lease(10, admission.Default, "h", now.Add(2*time.Minute))
 	l.Prompt, l.Fresh, l.MaxFresh = 2, true, 1
-	g, err := s.Acquire(ctx, l)
+	g, _, err := s.Acquire(ctx, l)
 	require.NoError(t, err)
 	assert.Equal(t, admission.Granted, g)
 	p, f = sums()
@@ -200,7 +230,7 @@ func TestAnEarlierRequestOfTheSameTenantWaitingElsewhereGoesFirst(t *testing.T) 
 		t.Helper()
 		l := lease(3, c, id, since)
 		l.Tenant, l.Since = tenant, since
-		g, err := s.Acquire(ctx, l)
+		g, _, err := s.Acquire(ctx, l)
 		require.NoError(t, err)
 		return g
 	}
@@ -245,7 +275,7 @@ func TestTheLeastServedTenantWaitingElsewhereGoesFirst(t *testing.T) {
 		t.Helper()
 		l := lease(100, admission.Default, id, now)
 		l.Tenant, l.TierPriority, l.Cost = tenant, prio, cost
-		g, err := s.Acquire(ctx, l)
+		g, _, err := s.Acquire(ctx, l)
 		require.NoError(t, err)
 		return g
 	}
@@ -288,7 +318,7 @@ func TestADeadReplicasWaitsHoldNothingBack(t *testing.T) {
 		l := lease(100, admission.Flex, id, now.Add(time.Second))
 		l.Tenant, l.Cost = "heavy", 100
 		l.MaxWait[admission.Flex] = 10 * time.Minute
-		g, err := s.Acquire(ctx, l)
+		g, _, err := s.Acquire(ctx, l)
 		require.NoError(t, err)
 		if g == admission.Granted {
 			require.NoError(t, s.Release(ctx, "m", "b1", id))

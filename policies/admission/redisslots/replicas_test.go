@@ -169,6 +169,38 @@ func TestReplicasHoldThePrefillBoundTogether(t *testing.T) {
 	assert.Zero(t, n)
 }
 
+// A replica counts the other replicas' prompts ahead of its own: each
+// binding tells it, from the store, what all of them have pending on the
+// backend, which a scrape would show only an interval later. Its picker
+// reads them in a backend's expected TTFT, and the prefill rate it
+// measures from its first token divides them too.
+func TestReplicasCountEachOthersPromptsAhead(t *testing.T) {
+	store := newSlots(t)
+	const addr = "http://10.0.0.2:8000"
+	gates := []*admission.Gate{
+		sharedGate(t, store, addr, 10, 10*time.Millisecond, time.Second), // a bound of 1,000 tokens
+		sharedGate(t, store, addr, 10, 10*time.Millisecond, time.Second),
+	}
+	ctx := context.Background()
+	first, err := gates[0].Admit(ctx, stream(600))
+	require.NoError(t, err)
+	defer first.Release()
+	assert.EqualValues(t, 0, first.Endpoint().PrefillAhead(300), "nothing was pending on the backend before it")
+
+	second, err := gates[1].Admit(ctx, stream(300))
+	require.NoError(t, err)
+	defer second.Release()
+	ep := second.Endpoint()
+	assert.Nil(t, ep.Load(), "never scraped")
+	assert.EqualValues(t, 600, ep.PrefillAhead(300), "the first replica's prompt, from the store")
+	a := ep.Start(300, 310)
+	a.FirstToken(900 * time.Millisecond)
+	a.Finish(backends.Outcome{Status: 200, TTFT: 900 * time.Millisecond})
+	// 600 + 300 tokens in 0.9 s keeps the measured 1,000 tokens/s; its own
+	// 300 alone would have read 333/s and pulled the average to 867.
+	assert.InDelta(t, 1000, ep.PrefillTokensPerSec(), 1)
+}
+
 // With pending_until_step the replicas' common prefill bound frees at the
 // engine's next step, as each replica's own count does: a stream relayed
 // from the backend marks the step that takes the first prompt up, and the
@@ -378,7 +410,7 @@ func TestAReleaseWakesTheOtherReplicasAtOnce(t *testing.T) {
 	// Once a probe's release is heard, the subscription is live.
 	require.Eventually(t, func() bool {
 		l := admission.Lease{Pool: "probe", Backend: "x", ID: "p", Budget: 1, Now: time.Now(), TTL: time.Minute}
-		_, err := store.Acquire(ctx, l)
+		_, _, err := store.Acquire(ctx, l)
 		require.NoError(t, err)
 		require.NoError(t, store.Release(ctx, "probe", "x", "p"))
 		select {
@@ -531,7 +563,7 @@ func TestAFailedUnwaitIsTakenBackWithTheNextRelease(t *testing.T) {
 		now := time.Now()
 		l := admission.Lease{Pool: "m", Backend: "b9", ID: id, Budget: 10, Class: admission.Default, Tenant: "acme",
 			Since: now, Now: now, TTL: time.Minute, Patience: 10 * time.Millisecond}
-		grant, err := store.Acquire(ctx, l)
+		grant, _, err := store.Acquire(ctx, l)
 		require.NoError(t, err)
 		if grant == admission.Granted {
 			require.NoError(t, store.Release(ctx, "m", "b9", id))
@@ -562,7 +594,7 @@ func TestAWaitingReplicaBeats(t *testing.T) {
 	now := time.Now()
 	l := admission.Lease{Pool: "m", Backend: "b9", ID: "x", Budget: 10, Class: admission.Default, Tenant: "acme",
 		Since: now, Now: now, TTL: time.Minute, Patience: 10 * time.Millisecond}
-	grant, err := store.Acquire(ctx, l)
+	grant, _, err := store.Acquire(ctx, l)
 	require.NoError(t, err)
 	assert.Equal(t, admission.Behind, grant, "the request waiting on the live replica still goes first")
 	held.Release()
