@@ -13,9 +13,11 @@
 #              run alone (--only-tenant)
 # then `sluice-bench summarize-admission` of each seed's runs.
 #
-# Workload: the Azure code trace over 4xH100 + 8xL4 (WORKLOAD=azure), or the
+# Workload: the Azure code trace over 4xH100 + 8xL4 (WORKLOAD=azure), the
 # Poisson workload of the live runs over 1xH100 + 2xL4 (WORKLOAD=poisson,
-# 4,000 requests); SLO 500 ms TTFT, 150 ms TPOT. Tuned on seeds 0-1: report
+# 4,000 requests), or the trace's first 2,000 requests over 1xH100 + 2xL4
+# (WORKLOAD=small, as the live small-fleet runs); SLO 500 ms TTFT, 150 ms
+# TPOT. Tuned on seeds 0-1: report
 # on others (the default, SEEDS="2 3").
 #
 # Builds nothing: run `make build` first. Knobs (environment): SEEDS="2 3"
@@ -41,7 +43,8 @@ SCRAPE=${SCRAPE:-100ms}
 case $WORKLOAD in
 azure) load=(--fleet 4xh100-llama3-8b,8xl4-llama3-8b --trace "$AZURE") ;;
 poisson) load=(--fleet 1xh100-llama3-8b,2xl4-llama3-8b --synthetic --requests 4000) ;;
-*) echo "bench-admission: WORKLOAD is azure or poisson, not $WORKLOAD" >&2; exit 2 ;;
+small) load=(--fleet 1xh100-llama3-8b,2xl4-llama3-8b --trace "$AZURE" --requests 2000) ;;
+*) echo "bench-admission: WORKLOAD is azure, poisson or small, not $WORKLOAD" >&2; exit 2 ;;
 esac
 if [ -z "${OUT:-}" ]; then
 	OUT=$(mktemp -d)
