@@ -22,6 +22,11 @@ type Config struct {
 	// they arrive; a request whose body would pass it gets 503. Default the larger of 256
 	// MiB and 4 × MaxBodyBytes; at least MaxBodyBytes.
 	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
+	// TLS serves the OpenAI endpoint over HTTPS (HTTP/2 and HTTP/1.1)
+	// when set. Its files are read again on every reload, so a renewed
+	// certificate takes effect without a restart; turning TLS on or off
+	// needs one.
+	TLS TLS `yaml:"tls"`
 	// BodyReadTimeout bounds the arrival of a request's body, from its
 	// headers on: a client that sends it slower gets 408 and loses the
 	// connection. Default 30s.
@@ -77,6 +82,32 @@ type Upstream struct {
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
 	// Breaker configures each backend's circuit breaker (restart to change).
 	Breaker Breaker `yaml:"breaker"`
+	// TLS configures how https:// backends (and their metrics) are
+	// verified (restart to change).
+	TLS UpstreamTLS `yaml:"tls"`
+}
+
+// TLS is a listener's certificate and key, PEM files. Both set: the
+// listener serves HTTPS; both empty (the default): plain HTTP.
+type TLS struct {
+	// CertFile holds the certificate chain, the server's first.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile holds the certificate's private key.
+	KeyFile string `yaml:"key_file"`
+}
+
+// On reports whether the listener serves HTTPS.
+func (t TLS) On() bool { return t.CertFile != "" || t.KeyFile != "" }
+
+// UpstreamTLS configures the verification of https:// backends' certificates.
+type UpstreamTLS struct {
+	// CAFile is a PEM bundle of certificate authorities trusted beside the
+	// system's, for backends with certificates of a private CA. Default none.
+	CAFile string `yaml:"ca_file"`
+	// InsecureSkipVerify accepts any certificate a backend presents: for
+	// tests only, since anyone on the path can then read the traffic.
+	// Default false.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
 
 // Breaker configures the circuit breaker every backend gets: backend
@@ -185,6 +216,9 @@ type Admin struct {
 	// TokenEnv names the environment variable holding the token. Default
 	// "SLUICE_ADMIN_TOKEN".
 	TokenEnv string `yaml:"token_env"`
+	// TLS serves the admin API and status page over HTTPS when set; its
+	// files are read again on every reload, as the endpoint's.
+	TLS TLS `yaml:"tls"`
 }
 
 // CORS configures Cross-Origin Resource Sharing on the OpenAI endpoint, for

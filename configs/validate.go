@@ -31,6 +31,17 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "want host:port, got %q", c.Listen)
 	}
+	for _, t := range []struct {
+		field string
+		tls   TLS
+	}{{"tls", c.TLS}, {"admin.tls", c.Admin.TLS}} {
+		switch {
+		case t.tls.CertFile == "" && t.tls.KeyFile != "":
+			bad(t.field+".cert_file", "must be set with key_file (%q)", t.tls.KeyFile)
+		case t.tls.CertFile != "" && t.tls.KeyFile == "":
+			bad(t.field+".key_file", "must be set with cert_file (%q)", t.tls.CertFile)
+		}
+	}
 	if _, port, err := net.SplitHostPort(c.Admin.Listen); err != nil {
 		bad("admin.listen", "want host:port, got %q", c.Admin.Listen)
 	} else if c.Admin.Listen == c.Listen && port != "0" {

@@ -3,6 +3,7 @@ package loadscrape
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,9 @@ type Options struct {
 	Path string
 	// Concurrency caps the scrapes in flight at once. Default 16.
 	Concurrency int
+	// TLS verifies https:// backends when Client is nil. Default nil: Go's
+	// (the system's roots).
+	TLS *tls.Config
 	// Client performs the requests. Default: a client with its own
 	// transport (keep-alive, a few idle connections per host), closed when
 	// Run returns.
@@ -147,7 +151,7 @@ func New(o Options) (*Scraper, error) {
 	if s.client == nil {
 		// Uncompressed: gzip costs both ends CPU on every scrape (the
 		// backend's serving process among them) to save a few KB.
-		s.ownClient = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
+		s.ownClient = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second, DisableCompression: true, TLSClientConfig: o.TLS}
 		s.client = &http.Client{Transport: s.ownClient}
 	}
 	if o.Registerer != nil {

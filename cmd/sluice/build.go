@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -189,7 +190,7 @@ func routerOptions(c *configs.Config, t *router.Table) router.Options {
 
 // newScraper builds the load scraper from the config, or returns nil when
 // scraping is off.
-func newScraper(c *configs.Config, log *slog.Logger, reg prometheus.Registerer) (*loadscrape.Scraper, error) {
+func newScraper(c *configs.Config, log *slog.Logger, reg prometheus.Registerer, upTLS *tls.Config) (*loadscrape.Scraper, error) {
 	if !c.Scrape.On() {
 		return nil, nil
 	}
@@ -197,6 +198,7 @@ func newScraper(c *configs.Config, log *slog.Logger, reg prometheus.Registerer) 
 		Interval:   c.Scrape.Interval.Std(),
 		Timeout:    c.Scrape.Timeout.Std(),
 		Path:       c.Scrape.Path,
+		TLS:        upTLS,
 		Logger:     log,
 		Registerer: reg,
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,9 @@ type runtime struct {
 	override func(*configs.Config)
 	current  *configs.Config // what serves now
 	edited   bool            // current holds admin API changes the file may not have
+	// apiCert and adminCert are the listeners' certificates (nil: plain
+	// HTTP), read again on every change of the config.
+	apiCert, adminCert *certificate
 }
 
 var (
@@ -101,6 +105,13 @@ func (r *runtime) applyLocked(cfg *configs.Config, done, failed string, attrs ..
 	if err == nil {
 		dir, err = buildTenants(cfg)
 	}
+	var apiPair, adminPair *tls.Certificate
+	if err == nil {
+		apiPair, err = r.apiCert.reload()
+	}
+	if err == nil {
+		adminPair, err = r.adminCert.reload()
+	}
 	if err == nil {
 		err = r.rt.SetTenants(dir)
 	}
@@ -126,6 +137,8 @@ func (r *runtime) applyLocked(cfg *configs.Config, done, failed string, attrs ..
 		}
 	}
 	r.rt.SetTable(t)
+	r.apiCert.use(apiPair)
+	r.adminCert.use(adminPair)
 	if r.scraper != nil {
 		r.scraper.SetEndpoints(endpoints)
 	}
@@ -342,6 +355,7 @@ func (r *runtime) Config() ([]byte, error) {
 	s := r.started
 	c.MaxBodyBytesInFlight, c.MetricsTokenEnv = s.MaxBodyBytesInFlight, s.MetricsTokenEnv
 	c.Listen, c.MaxBodyBytes, c.BodyReadTimeout, c.Upstream, c.Scrape, c.SessionHeader = s.Listen, s.MaxBodyBytes, s.BodyReadTimeout, s.Upstream, s.Scrape, s.SessionHeader
+	c.TLS = s.TLS
 	c.CORS, c.Admin, c.Log, c.Limits, c.Batch = s.CORS, s.Admin, s.Log, s.Limits, s.Batch
 	// Switches left unset and inherited timeouts, as they take effect.
 	c.Upstream.Breaker.Enabled = ptr(c.Upstream.Breaker.On())
@@ -381,6 +395,7 @@ func restartPending(cfg, started *configs.Config) []string {
 		same bool
 	}{
 		{"listen", cfg.Listen == started.Listen},
+		{"tls", sameYAML(cfg.TLS, started.TLS)},
 		{"max_body_bytes", cfg.MaxBodyBytes == started.MaxBodyBytes},
 		{"body_read_timeout", cfg.BodyReadTimeout == started.BodyReadTimeout},
 		{"max_body_bytes_in_flight", cfg.MaxBodyBytesInFlight == started.MaxBodyBytesInFlight},

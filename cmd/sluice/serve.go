@@ -141,6 +141,21 @@ func runServer(ctx context.Context, o serverOptions) error {
 		return err
 	}
 	o.override(cfg)
+	// The certificates' files, stamped before they are read, so that a
+	// renewal written from here on reloads them.
+	watch = watch.and(cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.Admin.TLS.CertFile, cfg.Admin.TLS.KeyFile)
+	apiCert, err := newCertificate("tls", cfg.TLS)
+	if err != nil {
+		return err
+	}
+	adminCert, err := newCertificate("admin.tls", cfg.Admin.TLS)
+	if err != nil {
+		return err
+	}
+	upTLS, err := upstreamTLS(cfg.Upstream.TLS)
+	if err != nil {
+		return err
+	}
 	reg, err := newPolicyRegistry()
 	if err != nil {
 		return err
@@ -253,6 +268,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		DialTimeout:           cfg.Upstream.DialTimeout.Std(),
 		ResponseHeaderTimeout: -1, // each model's first_byte bounds its attempts (router.Route), so a reload changes it
 		MaxIdleConnsPerHost:   cfg.Upstream.MaxIdleConnsPerHost,
+		TLS:                   upTLS,
 	})
 	batches, err := newBatchAPI(cfg, cmp.Or(o.redisURL, cfg.Limits.RedisURL), o.log)
 	if err != nil {
@@ -266,7 +282,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if err != nil {
 		return err
 	}
-	scraper, err := newScraper(cfg, o.log, metrics)
+	scraper, err := newScraper(cfg, o.log, metrics, upTLS)
 	if err != nil {
 		return err
 	}
@@ -313,7 +329,12 @@ func runServer(ctx context.Context, o serverOptions) error {
 	for _, m := range cfg.Models {
 		o.log.Info("serving model", "model", m.Name, "policy", m.Policy, "backends", len(m.Backends), "admission", admissionSummary(m))
 	}
-	o.log.Info("sluice listening", "addr", ln.Addr().String())
+	if apiCert != nil {
+		srv.TLSConfig = apiCert.serverConfig()
+		apiCert.logServed(o.log, time.Now())
+		adminCert.logServed(o.log, time.Now())
+	}
+	o.log.Info("sluice listening", "addr", ln.Addr().String(), "tls", apiCert != nil)
 	if o.ready != nil {
 		o.ready <- ln.Addr().String()
 	}
@@ -325,7 +346,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		defer func() { stopWatch(); watching.Wait() }()
 	}
 	live := &runtime{path: o.path, log: o.log, reg: reg, eps: eps, rt: rt, scraper: scraper, shared: shared,
-		started: cfg, current: cfg, changes: newChangeMetrics(), override: o.override}
+		started: cfg, current: cfg, changes: newChangeMetrics(), override: o.override, apiCert: apiCert, adminCert: adminCert}
 	if err := live.changes.register(metrics); err != nil {
 		return err
 	}
@@ -342,7 +363,13 @@ func runServer(ctx context.Context, o serverOptions) error {
 		defer func() { stopWatch(); watching.Wait() }()
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		if apiCert != nil {
+			served <- srv.ServeTLS(ln, "", "") // the certificate is srv.TLSConfig's
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
 
 	for {
 		select {
@@ -351,7 +378,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		case <-o.reload:
 			_ = live.Reload() // logged; a bad file keeps the running config
 		case <-fileChanged:
-			o.log.Info("config file changed; reloading", "path", o.path)
+			o.log.Info("config or certificate file changed; reloading", "path", o.path)
 			_ = live.Reload()
 		case <-ctx.Done():
 			o.log.Info("shutting down", "drain", o.drain.String())

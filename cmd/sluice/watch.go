@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -11,9 +12,9 @@ import (
 // Polling needs no extra dependency and sees edits made by any means
 // (editors that replace the file, Kubernetes ConfigMap symlink swaps).
 type watcher struct {
-	path  string
+	paths []string
 	every time.Duration
-	from  fileStamp // the file as it was when the config was read
+	from  []fileStamp // each file as it was when it was read
 }
 
 // newWatcher returns a watcher of path that reports changes from the file
@@ -23,7 +24,21 @@ type watcher struct {
 // (TestEditedConfigIsReloaded failed that way under load).
 func newWatcher(path string, every time.Duration) watcher {
 	from, _ := stamp(path)
-	return watcher{path: path, every: every, from: from}
+	return watcher{paths: []string{path}, every: every, from: []fileStamp{from}}
+}
+
+// and returns the watcher watching the non-empty paths too (the TLS
+// certificates the config names), from the files as they are now: a
+// renewed certificate reloads as an edited config does.
+func (w watcher) and(paths ...string) watcher {
+	w.paths, w.from = slices.Clone(w.paths), slices.Clone(w.from)
+	for _, p := range paths {
+		if p != "" && !slices.Contains(w.paths, p) {
+			st, _ := stamp(p)
+			w.paths, w.from = append(w.paths, p), append(w.from, st)
+		}
+	}
+	return w
 }
 
 type fileStamp struct {
@@ -40,9 +55,9 @@ func stamp(path string) (fileStamp, bool) {
 }
 
 // Run sends on changed (without blocking: one pending change is enough)
-// whenever the file differs from when it last looked, until ctx ends.
+// whenever a file differs from when it last looked, until ctx ends.
 func (w watcher) Run(ctx context.Context, changed chan<- struct{}) {
-	last := w.from
+	last := slices.Clone(w.from)
 	t := time.NewTicker(w.every)
 	defer t.Stop()
 	for {
@@ -50,11 +65,17 @@ func (w watcher) Run(ctx context.Context, changed chan<- struct{}) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			now, ok := stamp(w.path)
-			if !ok || now == last {
-				continue // a file being replaced may be missing for a moment
+			moved := false
+			for i, p := range w.paths {
+				now, ok := stamp(p)
+				if !ok || now == last[i] {
+					continue // a file being replaced may be missing for a moment
+				}
+				last[i], moved = now, true
 			}
-			last = now
+			if !moved {
+				continue
+			}
 			select {
 			case changed <- struct{}{}:
 			default:

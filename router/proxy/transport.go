@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"time"
@@ -16,6 +17,8 @@ type TransportOptions struct {
 	ResponseHeaderTimeout time.Duration
 	// MaxIdleConnsPerHost is the keep-alive pool per backend. Default 256.
 	MaxIdleConnsPerHost int
+	// TLS verifies https:// backends. Default nil: Go's (the system's roots).
+	TLS *tls.Config
 }
 
 // NewTransport returns an HTTP/1.1 transport tuned for many concurrent,
@@ -44,5 +47,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true, // pass the client's Accept-Encoding and the body through untouched
 		ForceAttemptHTTP2:     false,
+		TLSClientConfig:       o.TLS,
+		TLSHandshakeTimeout:   o.DialTimeout,
 	}
 }
