@@ -32,6 +32,8 @@ func writeConfig(t *testing.T, body string) string {
 }
 
 func TestValidate(t *testing.T) {
+	notPEM := filepath.Join(t.TempDir(), "not.pem")
+	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
 	tests := []struct {
 		name   string
 		config string
@@ -96,6 +98,14 @@ models:
 			0, []string{"ok", "note: batch.store: redis needs limits.redis_url, --redis-url or SLUICE_REDIS_URL"}},
 		{"a fraction for an integer", "models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n        weight: 2.7\n",
 			1, []string{"models[0].backends[0].weight", "whole number"}},
+		// So are certificates: a Secret mounted where serve runs.
+		{"certificate files not here", "tls:\n  cert_file: /nonexistent/tls.crt\n  key_file: /nonexistent/tls.key\nupstream:\n  tls:\n    ca_file: /nonexistent/ca.pem\n" +
+			"models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n",
+			0, []string{"ok", "note: tls.cert_file: no file /nonexistent/tls.crt here (serve needs it)", "note: tls.key_file: no file /nonexistent/tls.key here",
+				"note: upstream.tls.ca_file: no file /nonexistent/ca.pem here"}},
+		{"certificate files that do not load", "admin:\n  tls:\n    cert_file: " + notPEM + "\n    key_file: " + notPEM + "\nupstream:\n  tls:\n    ca_file: " + notPEM + "\n" +
+			"models:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n",
+			1, []string{": invalid", "admin.tls: " + notPEM + " with " + notPEM, "upstream.tls.ca_file: " + notPEM + " holds no PEM certificate"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

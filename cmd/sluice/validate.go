@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 
 	"github.com/sluice-llm/sluice/backends"
@@ -41,7 +42,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", *path)
 	for _, n := range notes {
-		fmt.Fprintf(stdout, "  note: %v (serve needs it set)\n", n)
+		fmt.Fprintf(stdout, "  note: %v (serve needs it)\n", n)
 	}
 	return 0
 }
@@ -70,6 +71,7 @@ func loadAndBuild(path string) error {
 			_ = client.Close()
 		}
 	}
+	errs = append(errs, checkTLSFiles(c)...)
 	if c.Batch.Enabled && c.Batch.Store == "redis" && c.Limits.RedisURL == "" && os.Getenv("SLUICE_REDIS_URL") == "" {
 		errs = append(errs, &envUnsetError{configs.FieldError{Field: "batch.store",
 			Message: "redis needs limits.redis_url, --redis-url or SLUICE_REDIS_URL, and none is set here"}})
@@ -110,4 +112,42 @@ func printErrors(w io.Writer, err error) {
 		return
 	}
 	fmt.Fprintf(w, "  - %v\n", err)
+}
+
+// checkTLSFiles loads the certificates and CA bundle the config names, as
+// serve does at start: a file that is not here is a note (a config
+// checked away from where it runs), one that does not load an error.
+func checkTLSFiles(c *configs.Config) []error {
+	var errs []error
+	note := func(field, path string) {
+		errs = append(errs, &envUnsetError{configs.FieldError{Field: field, Message: "no file " + path + " here"}})
+	}
+	for _, l := range []struct {
+		field string
+		tls   configs.TLS
+	}{{"tls", c.TLS}, {"admin.tls", c.Admin.TLS}} {
+		if !l.tls.On() {
+			continue
+		}
+		missing := false
+		for _, f := range []struct{ field, path string }{{".cert_file", l.tls.CertFile}, {".key_file", l.tls.KeyFile}} {
+			if _, err := os.Stat(f.path); errors.Is(err, fs.ErrNotExist) {
+				note(l.field+f.field, f.path)
+				missing = true
+			}
+		}
+		if !missing {
+			if _, err := newCertificate(l.field, l.tls); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if ca := c.Upstream.TLS.CAFile; ca != "" {
+		if _, err := os.Stat(ca); errors.Is(err, fs.ErrNotExist) {
+			note("upstream.tls.ca_file", ca)
+		} else if _, err := upstreamTLS(c.Upstream.TLS); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }

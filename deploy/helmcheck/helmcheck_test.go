@@ -1,6 +1,7 @@
 package helmcheck
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -140,6 +141,9 @@ func TestChartRenders(t *testing.T) {
 		// warnings are words from each warning NOTES.txt must give, one
 		// entry per warning (a warning begins "WARNING:"); none: it gives none.
 		warnings []string
+		// tlsSecret is the kubernetes.io/tls Secret the pods serve HTTPS
+		// with ("": plain HTTP).
+		tlsSecret string
 	}{
 		{
 			name:    "defaults",
@@ -260,6 +264,26 @@ secrets: {existingSecret: sluice-env, metricsTokenInExistingSecret: true}
 			metricsTokenKey: "SLUICE_METRICS_TOKEN",
 			warnings:        []string{"unless Secret sluice-env holds SLUICE_REDIS_URL"},
 		},
+		{
+			name: "HTTPS from a cert-manager Secret, on both ports",
+			values: `
+tls: {secretName: sluice-tls}
+admin: {enabled: true, token: admin-token-123}
+serviceMonitor: {tlsConfig: {serverName: sluice.example.com, ca: {secret: {name: sluice-tls, key: ca.crt}}}}
+`,
+			kube:    kube,
+			preStop: true,
+			kinds: []string{"ConfigMap/" + fullname, "Deployment/" + fullname, "HorizontalPodAutoscaler/" + fullname,
+				"PodDisruptionBudget/" + fullname, "Secret/" + fullname, "Service/" + fullname, "ServiceMonitor/" + fullname},
+			admission:    6,
+			servicePorts: []string{"http", "admin"},
+			secretKeys:   []string{"SLUICE_ADMIN_TOKEN"},
+			envSecret:    fullname,
+			adminListen:  "0.0.0.0:8081",
+			configIn:     "ConfigMap/" + fullname,
+			warnings:     []string{"up to 6 pods and no Redis"},
+			tlsSecret:    "sluice-tls",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -345,6 +369,9 @@ secrets: {existingSecret: sluice-env, metricsTokenInExistingSecret: true}
 					t.Fatalf("ServiceMonitor endpoints = %+v, want the Service's http port, /metrics", sm.Spec.Endpoints)
 				}
 				checkScrapeAuth(t, sm.Spec.Endpoints[0].Authorization, tt.envSecret, tt.metricsTokenKey)
+				if ep, https := sm.Spec.Endpoints[0], tt.tlsSecret != ""; (ep.Scheme == "https") != https || https && (ep.TLSConfig == nil || ep.TLSConfig.ServerName == "") {
+					t.Errorf("ServiceMonitor scheme %q, tlsConfig %+v; want https with the values' tlsConfig only with TLS", ep.Scheme, ep.TLSConfig)
+				}
 			} else if tt.metricsTokenKey != "" {
 				t.Errorf("no ServiceMonitor to send the metrics token %s", tt.metricsTokenKey)
 			}
@@ -365,10 +392,12 @@ secrets: {existingSecret: sluice-env, metricsTokenInExistingSecret: true}
 
 			cfgText := configText(t, objs[tt.configIn])
 			var cfg struct {
-				Listen string `json:"listen"`
+				Listen string   `json:"listen"`
+				TLS    tlsFiles `json:"tls"`
 				Admin  struct {
-					Listen   string `json:"listen"`
-					TokenEnv string `json:"token_env"`
+					Listen   string   `json:"listen"`
+					TokenEnv string   `json:"token_env"`
+					TLS      tlsFiles `json:"tls"`
 				} `json:"admin"`
 				Models []struct {
 					Admission struct {
@@ -408,6 +437,10 @@ secrets: {existingSecret: sluice-env, metricsTokenInExistingSecret: true}
 				}
 			}
 			checkBatchVolume(t, pod.Spec, cfg.Batch.DataDir, tt.batchVolume)
+			checkTLS(t, pod.Spec, cfg.TLS, tt.tlsSecret)
+			if tt.adminListen != "" {
+				checkTLS(t, pod.Spec, cfg.Admin.TLS, tt.tlsSecret)
+			}
 			validate(t, cfgText, env)
 		})
 	}
@@ -421,7 +454,7 @@ func checkBatchVolume(t *testing.T, pod corev1.PodSpec, dir, want string) {
 	t.Helper()
 	var mount *corev1.VolumeMount
 	for i, m := range pod.Containers[0].VolumeMounts {
-		if m.MountPath != "/etc/sluice" {
+		if m.MountPath != "/etc/sluice" && m.MountPath != tlsDir {
 			mount = &pod.Containers[0].VolumeMounts[i]
 		}
 	}
@@ -447,6 +480,50 @@ func checkBatchVolume(t *testing.T, pod corev1.PodSpec, dir, want string) {
 	}
 	if got != want {
 		t.Errorf("batch.data_dir is on %+v, want %s", pod.Volumes[i].VolumeSource, want)
+	}
+}
+
+// tlsDir is where the chart mounts tls.secretName.
+const tlsDir = "/etc/sluice-tls"
+
+// tlsFiles is a listener's tls block in the rendered config.
+type tlsFiles struct {
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file"`
+}
+
+// checkTLS checks that with a TLS Secret (secret) the listener's files are
+// its tls.crt and tls.key, mounted read-only from it as a directory (a
+// subPath would never see a renewal), and the probes use HTTPS; without
+// one, none of that is there.
+func checkTLS(t *testing.T, pod corev1.PodSpec, files tlsFiles, secret string) {
+	t.Helper()
+	c := pod.Containers[0]
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		want := corev1.URISchemeHTTP
+		if secret != "" {
+			want = corev1.URISchemeHTTPS
+		}
+		if got := cmp.Or(p.HTTPGet.Scheme, corev1.URISchemeHTTP); got != want {
+			t.Errorf("probe %s scheme %s, want %s", p.HTTPGet.Path, got, want)
+		}
+	}
+	mounted := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == tlsDir })
+	if secret == "" {
+		if files != (tlsFiles{}) || mounted >= 0 {
+			t.Errorf("no TLS Secret, yet tls %+v and mounts %+v", files, c.VolumeMounts)
+		}
+		return
+	}
+	if files != (tlsFiles{CertFile: tlsDir + "/tls.crt", KeyFile: tlsDir + "/tls.key"}) {
+		t.Errorf("tls = %+v, want the Secret's tls.crt and tls.key under %s", files, tlsDir)
+	}
+	if mounted < 0 || !c.VolumeMounts[mounted].ReadOnly || c.VolumeMounts[mounted].SubPath != "" {
+		t.Fatalf("mounts %+v: want the TLS Secret read-only at %s, whole", c.VolumeMounts, tlsDir)
+	}
+	i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[mounted].Name })
+	if i < 0 || pod.Volumes[i].Secret == nil || pod.Volumes[i].Secret.SecretName != secret {
+		t.Errorf("the volume at %s is not the Secret %s: %+v", tlsDir, secret, pod.Volumes)
 	}
 }
 
@@ -553,8 +630,21 @@ type serviceMonitor struct {
 			Interval      string             `json:"interval"`
 			ScrapeTimeout string             `json:"scrapeTimeout"`
 			Authorization *safeAuthorization `json:"authorization"`
+			Scheme        string             `json:"scheme"`
+			TLSConfig     *safeTLSConfig     `json:"tlsConfig"`
 		} `json:"endpoints"`
 	} `json:"spec"`
+}
+
+// safeTLSConfig is an endpoint's tlsConfig in the ServiceMonitor CRD (the
+// fields the chart's test sets).
+type safeTLSConfig struct {
+	ServerName         string `json:"serverName"`
+	InsecureSkipVerify bool   `json:"insecureSkipVerify"`
+	CA                 *struct {
+		Secret    *corev1.SecretKeySelector    `json:"secret"`
+		ConfigMap *corev1.ConfigMapKeySelector `json:"configMap"`
+	} `json:"ca"`
 }
 
 // safeAuthorization is an endpoint's authorization in the ServiceMonitor

@@ -93,8 +93,17 @@ must be SHA-256 digests.
 {{- define "sluice.config" -}}
 {{- $cfg := deepCopy (.Values.config | default dict) -}}
 {{- $_ := set $cfg "listen" (printf "0.0.0.0:%d" (int .Values.ports.http)) -}}
+{{- $tls := dict -}}
+{{- if .Values.tls.secretName -}}
+{{- $tls = dict "cert_file" "/etc/sluice-tls/tls.crt" "key_file" "/etc/sluice-tls/tls.key" -}}
+{{- $_ := set $cfg "tls" $tls -}}
+{{- end -}}
 {{- if .Values.admin.enabled -}}
-{{- $_ := set $cfg "admin" (dict "listen" (printf "0.0.0.0:%d" (int .Values.ports.admin)) "token_env" "SLUICE_ADMIN_TOKEN") -}}
+{{- $admin := dict "listen" (printf "0.0.0.0:%d" (int .Values.ports.admin)) "token_env" "SLUICE_ADMIN_TOKEN" -}}
+{{- if $tls -}}
+{{- $_ := set $admin "tls" $tls -}}
+{{- end -}}
+{{- $_ := set $cfg "admin" $admin -}}
 {{- else -}}
 {{- $_ := unset $cfg "admin" -}}
 {{- end -}}
