@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,8 +19,11 @@ func probe(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: sluice probe URL\n\nGETs URL and exits 0 when it answers 200 OK, 1 otherwise (3s timeout).\n")
+		fmt.Fprint(fs.Output(), "usage: sluice probe [--insecure] URL\n\nGETs URL and exits 0 when it answers 200 OK, 1 otherwise (3s timeout).\n"+
+			"--insecure accepts any certificate of an https:// URL: for a health check of Sluice's own TLS listener on 127.0.0.1,\n"+
+			"whose certificate names the public host.\n")
 	}
+	insecure := fs.Bool("insecure", false, "accept any certificate of an https:// URL")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // asked for
@@ -27,11 +31,14 @@ func probe(args []string, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: sluice probe URL")
+		fmt.Fprintln(stderr, "usage: sluice probe [--insecure] URL")
 		return 2
 	}
 	target := fs.Arg(0)
 	c := &http.Client{Timeout: 3 * time.Second}
+	if *insecure {
+		c.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}
+	}
 	res, err := c.Get(target)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice probe:", err)
