@@ -250,12 +250,19 @@ func TestServeFailsOnBadConfig(t *testing.T) {
 
 func startWorker(t *testing.T, model string) *httptest.Server {
 	t.Helper()
+	return serveWorker(t, model, httptest.NewServer)
+}
+
+// serveWorker runs a gpuworker for model behind the server serve starts
+// (httptest.NewServer or NewTLSServer) until the test ends.
+func serveWorker(t *testing.T, model string, serve func(http.Handler) *httptest.Server) *httptest.Server {
+	t.Helper()
 	w, err := gpuworker.New(gpuworker.Options{Model: model})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	srv := httptest.NewServer(w.Handler())
+	srv := serve(w.Handler())
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
 	return srv
 }

@@ -26,8 +26,6 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sluice-llm/sluice/gpuworker"
 )
 
 // testCA is a certificate authority made for one test.
@@ -84,13 +82,7 @@ func servedName(t *testing.T, addr string, roots *x509.CertPool) string {
 // certificate, whose CA it writes to a file for upstream.tls.ca_file.
 func startTLSWorker(t *testing.T, model string) (url, caFile string) {
 	t.Helper()
-	w, err := gpuworker.New(gpuworker.Options{Model: model})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	srv := httptest.NewTLSServer(w.Handler())
-	t.Cleanup(func() { srv.Close(); cancel(); <-done })
+	srv := serveWorker(t, model, httptest.NewTLSServer)
 	caFile = filepath.Join(t.TempDir(), "backend-ca.pem")
 	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
 	return srv.URL, caFile
@@ -161,15 +153,20 @@ tenants:
 	assert.Equal(t, "HTTP/2.0", res.Proto)
 	assert.Equal(t, http.StatusUnauthorized, res.StatusCode)
 	assert.Contains(t, string(body), `"invalid_api_key"`)
+	// status sends a request with a bearer token and returns the answer's status.
+	status := func(method, url, token string, body io.Reader) int {
+		req, err := http.NewRequest(method, url, body)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := hc.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
 	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 11<<20) + `"}]}`
-	req, err := http.NewRequest(http.MethodPost, "https://"+addr+"/v1/chat/completions", strings.NewReader(big))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer sk-acme")
-	res, err = hc.Do(req)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	assert.Equal(t, http.StatusRequestEntityTooLarge, res.StatusCode, "a body past max_body_bytes, over HTTP/2")
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status(http.MethodPost, "https://"+addr+"/v1/chat/completions", "sk-acme", strings.NewReader(big)),
+		"a body past max_body_bytes, over HTTP/2")
 
 	// The backend's metrics are scraped over its TLS too.
 	require.Eventually(t, func() bool {
@@ -177,14 +174,7 @@ tenants:
 	}, 5*time.Second, 5*time.Millisecond)
 
 	admin := adminAddrOf(t, logs)
-	req, err = http.NewRequest(http.MethodGet, "https://"+admin+"/admin/backends", nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer admin-secret")
-	res, err = hc.Do(req)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	assert.Equal(t, http.StatusOK, res.StatusCode, "the admin API over HTTPS")
+	assert.Equal(t, http.StatusOK, status(http.MethodGet, "https://"+admin+"/admin/backends", "admin-secret", nil), "the admin API over HTTPS")
 
 	assert.Equal(t, "sluice-first", servedName(t, addr, ca.pool))
 	ca.issue(t, "sluice-renewed", certFile, keyFile)
