@@ -34,22 +34,12 @@ func serveAdmin(c *configs.Config, live *runtime, log *slog.Logger) (func(), err
 	}
 	srv := &http.Server{Handler: admin.Handler(live, token, mon), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	cert := live.adminCert
-	if cert != nil {
-		srv.TLSConfig = cert.serverConfig()
-	}
 	mctx, stopMonitor := context.WithCancel(context.Background())
 	sampled := make(chan error, 1)
 	go func() { sampled <- mon.Run(mctx) }()
 	done := make(chan error, 1)
-	go func() {
-		if cert != nil {
-			done <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		done <- srv.Serve(ln)
-	}()
-	log.Info("admin API listening", "addr", ln.Addr().String(), "status_page", "/status", "tls", cert != nil)
+	go func() { done <- live.adminCert.serve(srv, ln) }()
+	log.Info("admin API listening", "addr", ln.Addr().String(), "status_page", "/status", "tls", live.adminCert != nil)
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

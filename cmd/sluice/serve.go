@@ -330,7 +330,6 @@ func runServer(ctx context.Context, o serverOptions) error {
 		o.log.Info("serving model", "model", m.Name, "policy", m.Policy, "backends", len(m.Backends), "admission", admissionSummary(m))
 	}
 	if apiCert != nil {
-		srv.TLSConfig = apiCert.serverConfig()
 		apiCert.logServed(o.log, time.Now())
 		adminCert.logServed(o.log, time.Now())
 	}
@@ -363,13 +362,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		defer func() { stopWatch(); watching.Wait() }()
 	}
 	served := make(chan error, 1)
-	go func() {
-		if apiCert != nil {
-			served <- srv.ServeTLS(ln, "", "") // the certificate is srv.TLSConfig's
-			return
-		}
-		served <- srv.Serve(ln)
-	}()
+	go func() { served <- apiCert.serve(srv, ln) }()
 
 	for {
 		select {

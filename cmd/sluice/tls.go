@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"sync/atomic"
 	"time"
@@ -102,6 +104,16 @@ func (c *certificate) serverConfig() *tls.Config {
 			return c.cur.Load(), nil
 		},
 	}
+}
+
+// serve runs srv on ln until it stops: over TLS with c's certificate, or
+// plain HTTP when c is nil.
+func (c *certificate) serve(srv *http.Server, ln net.Listener) error {
+	if c == nil {
+		return srv.Serve(ln)
+	}
+	srv.TLSConfig = c.serverConfig()
+	return srv.ServeTLS(ln, "", "") // the certificate is srv.TLSConfig's
 }
 
 // upstreamTLS is the client TLS configuration for https:// backends and
