@@ -329,10 +329,8 @@ func runServer(ctx context.Context, o serverOptions) error {
 	for _, m := range cfg.Models {
 		o.log.Info("serving model", "model", m.Name, "policy", m.Policy, "backends", len(m.Backends), "admission", admissionSummary(m))
 	}
-	if apiCert != nil {
-		apiCert.logServed(o.log, time.Now())
-		adminCert.logServed(o.log, time.Now())
-	}
+	apiCert.logServed(o.log, time.Now())
+	adminCert.logServed(o.log, time.Now())
 	o.log.Info("sluice listening", "addr", ln.Addr().String(), "tls", apiCert != nil)
 	if o.ready != nil {
 		o.ready <- ln.Addr().String()

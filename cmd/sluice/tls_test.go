@@ -239,3 +239,24 @@ func chatM(maxTokens int64) openai.ChatCompletionNewParams {
 	return openai.ChatCompletionNewParams{Model: "m", MaxTokens: openai.Int(maxTokens),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}}
 }
+
+// TestAdminAloneOverTLS: admin.tls without tls serves the admin API over
+// HTTPS beside a plain-HTTP endpoint, and its certificate is logged (it
+// was only when the endpoint served TLS too).
+func TestAdminAloneOverTLS(t *testing.T) {
+	t.Setenv("SLUICE_ADMIN_TOKEN", "admin-secret")
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	ca := newTestCA(t)
+	ca.issue(t, "admin-only", certFile, keyFile)
+	path := writeConfig(t, "listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n  tls:\n    cert_file: "+certFile+"\n    key_file: "+keyFile+
+		"\nscrape:\n  enabled: false\nmodels:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n")
+	addr, _, logs := serveInTest(t, serverOptions{path: path, drain: time.Second})
+	res, err := http.Get("http://" + addr + "/healthz")
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode, "the endpoint stays plain HTTP")
+	assert.Equal(t, "admin-only", servedName(t, adminAddrOf(t, logs), ca.pool))
+	// Made to last an hour: "expires within a week".
+	assert.Contains(t, logs.String(), `msg="TLS certificate expires within a week" field=admin.tls subject="CN=admin-only"`)
+}
