@@ -172,6 +172,11 @@ func (l Log) RequestsOn() bool { return l.Requests == nil || *l.Requests }
 type Model struct {
 	// Name is the model name clients send in "model". Required, unique.
 	Name string `yaml:"name"`
+	// Aliases are other names clients may send for this model ("gpt-4o-mini",
+	// "chat-default"): /v1/models lists them, and a request naming one is
+	// served, limited, counted and logged as this model. Each must be unique
+	// across every model's name and aliases. Default none.
+	Aliases []string `yaml:"aliases"`
 	// Policy names the routing policy for this pool. Default "scored" with
 	// its default scorers (expected TTFT with congested packing, queue
 	// depth, free KV cache, longest-prefix affinity).
@@ -399,6 +404,10 @@ func (m Model) AdmissionOn() bool {
 type Backend struct {
 	// URL is the server's base URL, e.g. http://127.0.0.1:9001. Required; http or https.
 	URL string `yaml:"url"`
+	// ServedModel is the name this backend serves the model under (vLLM's
+	// --served-model-name, by default the Hugging Face path): requests
+	// reach it with "model" rewritten to it. Default: the model's name.
+	ServedModel string `yaml:"served_model"`
 	// Weight is the relative share for weighted policies. Default 1.
 	Weight int `yaml:"weight"`
 	// APIKey is the key Sluice presents to this backend (Authorization:

@@ -284,8 +284,12 @@ func defaultOverrideBurst(burst **int64, rate *int64) {
 // problem through bad.
 func (c *Config) validateTenants(bad func(field, format string, args ...any)) {
 	served := make(map[string]bool, len(c.Models))
+	aliasOf := map[string]string{}
 	for _, m := range c.Models {
 		served[m.Name] = true
+		for _, a := range m.Aliases {
+			aliasOf[a] = m.Name
+		}
 	}
 	tiers := make(map[string]int, len(c.Tiers))
 	for i, t := range c.Tiers {
@@ -326,6 +330,8 @@ func (c *Config) validateTenants(bad func(field, format string, args ...any)) {
 			mp := fmt.Sprintf("%s.models[%d]", p, j)
 			if prev, dup := listed[m]; dup {
 				bad(mp, "%q is already listed as models[%d]", m, prev)
+			} else if owner := aliasOf[m]; owner != "" {
+				bad(mp, "%q is an alias of model %q: list the model", m, owner)
 			} else if !served[m] {
 				bad(mp, "%q is not one of the config's models", m)
 			}

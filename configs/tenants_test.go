@@ -31,6 +31,7 @@ func TestDemoHashes(t *testing.T) {
 const tenantModels = `
 models:
   - name: llama-3-8b
+    aliases: [gpt-4o-mini]
     backends:
       - url: http://127.0.0.1:9001
   - name: embed-small
@@ -211,6 +212,7 @@ func TestTenantsReject(t *testing.T) {
 		{"negative burst", "tiers:\n  - name: free\n    requests_burst: -1\n", "tiers[0].requests_burst", "0 is one minute's worth of the rate"},
 		{"default_max_tokens above the output burst", "tiers:\n  - name: free\n    output_tokens_per_minute: 500\n", "tiers[0].default_max_tokens", "above output_tokens_burst (500)"},
 		{"model not served", tier + "    models: [llama-3-8b, gpt-5]\n", "tiers[0].models[1]", `"gpt-5" is not one of the config's models`},
+		{"an alias for a model", tier + "    models: [gpt-4o-mini]\n", "tiers[0].models[0]", `"gpt-4o-mini" is an alias of model "llama-3-8b": list the model`},
 		{"override burst without rate", "tiers:\n  - name: free\n    concurrent_requests: 2\ntenants:\n" + ok + "    overrides:\n      requests_burst: 5\n",
 			"tenants[0].overrides.requests_burst", "set without requests_per_minute"},
 		{"override zero burst", tier + "tenants:\n" + ok + "    overrides:\n      requests_burst: 0\n",

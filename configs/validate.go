@@ -114,16 +114,30 @@ func (c *Config) Validate() error {
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}
-	seen := make(map[string]int, len(c.Models))
+	seen := make(map[string]string, len(c.Models)) // a model name or alias: the field that has it
 	for i, m := range c.Models {
 		p := fmt.Sprintf("models[%d]", i)
 		switch prev, dup := seen[m.Name]; {
 		case m.Name == "":
 			bad(p+".name", "is required")
 		case dup:
-			bad(p+".name", "%q is already used by models[%d]", m.Name, prev)
+			bad(p+".name", "%q is already used by %s", m.Name, prev)
 		default:
-			seen[m.Name] = i
+			seen[m.Name] = p
+		}
+	}
+	for i, m := range c.Models {
+		p := fmt.Sprintf("models[%d]", i)
+		for j, a := range m.Aliases {
+			ap := fmt.Sprintf("%s.aliases[%d]", p, j)
+			switch prev, dup := seen[a]; {
+			case strings.TrimSpace(a) == "":
+				bad(ap, "must not be empty")
+			case dup:
+				bad(ap, "%q is already used by %s", a, prev)
+			default:
+				seen[a] = ap
+			}
 		}
 		if len(m.Backends) == 0 {
 			bad(p+".backends", "at least one backend is required")
@@ -149,6 +163,9 @@ func (c *Config) Validate() error {
 			}
 			if b.APIKey != "" && b.APIKeyEnv != "" {
 				bad(bp+".api_key_env", "set api_key or api_key_env, not both")
+			}
+			if b.ServedModel != "" && strings.TrimSpace(b.ServedModel) != b.ServedModel {
+				bad(bp+".served_model", "must not begin or end with spaces, got %q", b.ServedModel)
 			}
 		}
 	}

@@ -75,10 +75,12 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	if err != nil {
 		return err
 	}
-	rte := rt.table.Load().routes[req.model]
-	if rte == nil || (tenant != nil && !tenant.Allows(req.model)) {
+	rte := rt.table.Load().routes[req.model] // by the model's name or an alias
+	if rte == nil || (tenant != nil && !tenant.Allows(rte.Pool.Model())) {
 		return &modelNotFoundError{model: req.model} // the same answer: a tenant cannot probe
 	}
+	bodyModel := req.model // the name in the body, which each attempt sends as its backend serves the model
+	req.model = rte.Pool.Model()
 	*model = req.model
 	if err := req.checkRoute(r.URL.Path); err != nil {
 		return err
@@ -99,12 +101,8 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		}()
 	}
 	if fb := rt.fallback(rte, tenant); fb != nil {
-		edited, err := usage.SetModel(body, fb.Pool.Model())
-		if err != nil {
-			return err
-		}
 		rt.metrics.fallbacks.WithLabelValues(req.model, fb.Pool.Model()).Inc()
-		body, rte, req.model = edited, fb, fb.Pool.Model()
+		rte, req.model = fb, fb.Pool.Model() // each attempt rewrites "model" to what its backend serves
 	}
 	session := r.Header.Get(rt.sessionHeader)
 	if session == "" {
@@ -131,7 +129,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		}
 		rec.admitted(ticket)
 		defer ticket.Release()
-		return rt.forward(w, r, rte, &preq, body, false, ticket, rec)
+		return rt.forward(w, r, rte, &preq, body, bodyModel, false, ticket, rec)
 	}
 	preq.Tenant, preq.Tier, preq.Priority = tenant.Name, tenant.Tier, tenant.Priority
 	ask := quota.Amount{Requests: 1, Input: int64(req.promptTokens)}
@@ -208,7 +206,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		rt.limiter.Settle(res, used)
 		rt.metrics.tenantTokens(tenant.Name, tenant.Tier, used.Input, used.Output)
 	}()
-	return rt.forward(w, r, rte, &preq, body, strip, ticket, rec)
+	return rt.forward(w, r, rte, &preq, body, bodyModel, strip, ticket, rec)
 }
 
 // fallback returns the route that takes rte's requests while none of its
@@ -295,9 +293,12 @@ func (rt *Router) admit(r *http.Request, rte *Route, preq *policies.Request, cla
 // forward picks and proxies, retrying endpoints that could not be reached.
 // It leaves the last attempt's backend and outcome in rec (also when the
 // attempt panics with http.ErrAbortHandler) and returns nil once a
-// response was relayed, or the error to show the client.
-func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, preq *policies.Request, body []byte, strip bool, ticket *admission.Ticket, rec *requestRecord) error {
+// response was relayed, or the error to show the client. bodyModel is the
+// "model" in body, which each attempt rewrites to the name its backend
+// serves the route's model under when that differs.
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, preq *policies.Request, body []byte, bodyModel string, strip bool, ticket *admission.Ticket, rec *requestRecord) error {
 	out := &rec.out
+	send, sendModel := body, bodyModel // what an attempt sends, and the "model" in it
 	if preq.ServiceTier != "" {
 		w = measure.NewTierWriter(w, preq.ServiceTier) // the answer names the class that served it
 	}
@@ -393,7 +394,19 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		if rec.firstSent.IsZero() {
 			rec.firstSent = now
 		}
-		at := proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), Body: body, TurnBack: canRetry, FirstByteTimeout: fb}
+		if name := rte.servedName(ep); name != sendModel {
+			// An alias, a fallback's backend, or a backend serving the
+			// model under its own name: it gets the name it knows.
+			send, sendModel = body, bodyModel
+			if name != bodyModel {
+				edited, err := usage.SetModel(body, name)
+				if err != nil {
+					return err
+				}
+				send, sendModel = edited, name
+			}
+		}
+		at := proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), Body: send, TurnBack: canRetry, FirstByteTimeout: fb}
 		if g := rte.Gate; g != nil && preq.Stream && g.MarksSteps() {
 			steps := ep.StepReader()
 			at.OnRead = func() {
@@ -771,9 +784,9 @@ func (rt *Router) listModels(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Object string        `json:"object"`
 		Data   []modelObject `json:"data"`
-	}{Object: "list", Data: make([]modelObject, 0, len(t.order))}
-	for _, name := range t.order {
-		if tenant == nil || tenant.Allows(name) {
+	}{Object: "list", Data: make([]modelObject, 0, len(t.names))}
+	for _, name := range t.names { // each model, then its aliases
+		if tenant == nil || tenant.Allows(t.routes[name].Pool.Model()) {
 			out.Data = append(out.Data, rt.model(name))
 		}
 	}
@@ -796,7 +809,7 @@ func (rt *Router) getModel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorFor(err))
 		return
 	}
-	if rt.table.Load().routes[name] == nil || (tenant != nil && !tenant.Allows(name)) {
+	if rte := rt.table.Load().routes[name]; rte == nil || (tenant != nil && !tenant.Allows(rte.Pool.Model())) {
 		writeError(w, errorFor(&modelNotFoundError{model: name}))
 		return
 	}

@@ -151,18 +151,21 @@ func TestClientLeavingMidBodyIsCountedAsGone(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "logged as the client's leaving, not as its bad request (400)")
 }
 
+// TestFallbackModelWhenNoBackendIsInRouting: the fallback's backend gets
+// the name it serves the fallback model under (a gpuworker answers 404 to
+// any other).
 func TestFallbackModelWhenNoBackendIsInRouting(t *testing.T) {
-	small := startWorker(t, "small", "instant", 0)
+	small := startWorker(t, "org/small", "instant", 0)
 	dead := deadURL(t)
 	s := startSluice(t, router.Options{},
 		routeSpec{model: "big", urls: []string{dead}, fallbacks: []string{"small"}},
-		routeSpec{model: "small", urls: []string{small.srv.URL}})
+		routeSpec{model: "small", urls: []string{small.srv.URL}, served: map[string]string{small.srv.URL: "org/small"}})
 	c := s.client(t)
 	_, err := c.Chat.Completions.New(context.Background(), chatParams("big"))
 	require.Error(t, err, "the dead backend is found dead by this request: it was in routing")
 	res, err := c.Chat.Completions.New(context.Background(), chatParams("big"))
 	require.NoError(t, err, "held out now: the fallback serves")
-	assert.Equal(t, "small", res.Model)
+	assert.Equal(t, "org/small", res.Model)
 	assert.Contains(t, scrape(t, s), `sluice_fallbacks_total{model="big",to="small"} 1`)
 }
 

@@ -79,6 +79,8 @@ type routeSpec struct {
 	pendingPrefill time.Duration
 	untilStep      bool
 	fallbacks      []string
+	// served names, by URL, what a backend serves the model under.
+	served map[string]string
 	// firstByte and total are the route's timeouts.
 	firstByte, total time.Duration
 }
@@ -107,6 +109,12 @@ func startSluice(t testing.TB, opts router.Options, specs ...routeSpec) *sluice 
 		require.NoError(t, err)
 		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: sp.fallbacks,
 			FirstByteTimeout: sp.firstByte, TotalTimeout: sp.total}
+		for u, name := range sp.served {
+			if route.ServedNames == nil {
+				route.ServedNames = map[*backends.Endpoint]string{}
+			}
+			route.ServedNames[s.endpoints[u]] = name
+		}
 		if sp.budget > 0 {
 			o := admission.Options{Budget: func(*backends.Endpoint) int { return sp.budget }, QueueSize: cmp.Or(sp.queue, 64)}
 			if sp.pendingPrompt > 0 {

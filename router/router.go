@@ -51,13 +51,30 @@ type Route struct {
 	// answer, admission wait included: 504 before the answer starts, an
 	// error event ending a stream after. Zero: no limit.
 	TotalTimeout time.Duration
+	// Aliases are other names clients may send for the route's model; a
+	// request naming one is served as the model.
+	Aliases []string
+	// ServedNames holds, for the pool's endpoints that serve the model
+	// under another name (vLLM's --served-model-name), that name: a
+	// request reaches them with "model" rewritten to it. Nil or missing:
+	// the pool's model name.
+	ServedNames map[*backends.Endpoint]string
+}
+
+// servedName is the name ep serves the route's model under.
+func (r *Route) servedName(ep *backends.Endpoint) string {
+	if n := r.ServedNames[ep]; n != "" {
+		return n
+	}
+	return r.Pool.Model()
 }
 
 // Table is an immutable routing table: model name to route. A reload builds
 // a new Table and swaps it in whole.
 type Table struct {
-	routes map[string]*Route
-	order  []string
+	routes map[string]*Route // by model name and alias
+	order  []string          // model names
+	names  []string          // model names, each followed by its aliases: what /v1/models lists
 }
 
 // NewTable builds a table from routes, keyed by their pools' model names, in
@@ -74,6 +91,16 @@ func NewTable(routes []*Route) (*Table, error) {
 		}
 		t.routes[m] = r
 		t.order = append(t.order, m)
+	}
+	for _, r := range routes {
+		t.names = append(t.names, r.Pool.Model())
+		for _, a := range r.Aliases {
+			if _, dup := t.routes[a]; dup || a == "" {
+				return nil, errors.New("router: alias " + strconv.Quote(a) + " of model " + r.Pool.Model() + " is empty or names another route")
+			}
+			t.routes[a] = r
+			t.names = append(t.names, a)
+		}
 	}
 	for _, r := range routes {
 		for _, fb := range r.Fallbacks {

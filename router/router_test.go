@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-llm/sluice/backends"
+	"github.com/sluice-llm/sluice/policies/roundrobin"
 	"github.com/sluice-llm/sluice/router"
 )
 
@@ -446,4 +448,28 @@ func assertAPIError(t *testing.T, err error, status int, code string) {
 	require.True(t, errors.As(err, &apiErr), "want *openai.Error, got %v", err)
 	assert.Equal(t, status, apiErr.StatusCode)
 	assert.Equal(t, code, apiErr.Code)
+}
+
+// TestTableRefusesAClashingAlias: an alias names one route only, never
+// another model or another model's alias.
+func TestTableRefusesAClashingAlias(t *testing.T) {
+	route := func(model string, aliases ...string) *router.Route {
+		e, err := backends.NewEndpoint("http://127.0.0.1:1", 1)
+		require.NoError(t, err)
+		pool, err := backends.NewPool(model, []*backends.Endpoint{e})
+		require.NoError(t, err)
+		picker, err := roundrobin.New(nil)
+		require.NoError(t, err)
+		return &router.Route{Pool: pool, Picker: picker, Aliases: aliases}
+	}
+	_, err := router.NewTable([]*router.Route{route("a", "x"), route("b", "y")})
+	require.NoError(t, err)
+	for _, routes := range [][]*router.Route{
+		{route("a", "b"), route("b")},
+		{route("a", "x"), route("b", "x")},
+		{route("a", "")},
+	} {
+		_, err := router.NewTable(routes)
+		assert.ErrorContains(t, err, "is empty or names another route")
+	}
 }

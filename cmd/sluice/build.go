@@ -93,6 +93,7 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 			errs = append(errs, &configs.FieldError{Field: field, Message: err.Error()})
 		}
 		list := make([]*backends.Endpoint, 0, len(m.Backends))
+		var served map[*backends.Endpoint]string // backends serving the model under another name
 		for j, b := range m.Backends {
 			e, err := eps.Get(b.URL, b.Weight)
 			if err != nil {
@@ -122,6 +123,12 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 				weights[e], weightAt[e] = w, field
 			}
 			list = append(list, e)
+			if b.ServedModel != "" && b.ServedModel != m.Name {
+				if served == nil {
+					served = map[*backends.Endpoint]string{}
+				}
+				served[e] = b.ServedModel
+			}
 			if !seen[e] {
 				seen[e] = true
 				all = append(all, e)
@@ -145,7 +152,7 @@ func buildTable(c *configs.Config, reg *policies.Registry, eps *backends.Registr
 		}
 		route := &router.Route{Pool: pool, Picker: picker, Fallbacks: m.Fallbacks, Policy: m.Policy,
 			FirstByteTimeout: cmp.Or(m.Timeouts.FirstByte, c.Upstream.ResponseHeaderTimeout).Std(),
-			TotalTimeout:     m.Timeouts.Total.Std()}
+			TotalTimeout:     m.Timeouts.Total.Std(), Aliases: m.Aliases, ServedNames: served}
 		if m.AdmissionOn() {
 			if route.Gate, err = newGate(m, pool, picker, list, shared); err != nil {
 				errs = append(errs, &configs.FieldError{Field: p + ".admission", Message: err.Error()})

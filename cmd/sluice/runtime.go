@@ -190,14 +190,15 @@ func (r *runtime) model(c *configs.Config, name string) (*configs.Model, error) 
 	return nil, fmt.Errorf("%w: model %q", admin.ErrNotFound, name)
 }
 
-// AddBackend adds url to model's backends.
-func (r *runtime) AddBackend(model, url string, weight int) error {
+// AddBackend adds url to model's backends; servedModel is the name it
+// serves the model under (empty: the model's).
+func (r *runtime) AddBackend(model, url string, weight int, servedModel string) error {
 	return r.edit(func(c *configs.Config) error {
 		m, err := r.model(c, model)
 		if err != nil {
 			return err
 		}
-		b := configs.Backend{URL: url, Weight: weight}
+		b := configs.Backend{URL: url, Weight: weight, ServedModel: servedModel}
 		// A backend has one weight and one key: one another model lists
 		// already gives them to an addition that does not set them (the
 		// addition was refused, blaming the other model's weight).
@@ -265,7 +266,7 @@ func (r *runtime) Backends() []admin.Backend {
 			if !ok {
 				continue
 			}
-			v := admin.Backend{Model: m.Name, URL: e.Address(), Weight: e.Weight(), InRouting: e.Available(time.Now()),
+			v := admin.Backend{Model: m.Name, ServedModel: b.ServedModel, URL: e.Address(), Weight: e.Weight(), InRouting: e.Available(time.Now()),
 				Drained: e.Drained(), Breaker: "none", InFlight: e.InFlight(),
 				TTFTMillis: float64(e.TTFT().Microseconds()) / 1000, TokensPerSec: e.TokensPerSec(),
 				Requests: e.Requests(), Failures: e.Failures()}

@@ -18,7 +18,10 @@ import (
 
 // Backend is one backend of one model as the admin API shows it.
 type Backend struct {
-	Model        string   `json:"model"`
+	Model string `json:"model"`
+	// ServedModel is the name the backend serves the model under, when it
+	// is not the model's own (the config's served_model).
+	ServedModel  string   `json:"served_model,omitempty"`
 	URL          string   `json:"url"`
 	Weight       int      `json:"weight"`
 	InRouting    bool     `json:"in_routing"`
@@ -46,7 +49,7 @@ type Backend struct {
 // Runtime is what the admin API reads and changes.
 type Runtime interface {
 	Backends() []Backend
-	AddBackend(model, url string, weight int) error
+	AddBackend(model, url string, weight int, servedModel string) error
 	RemoveBackend(model, url string) error
 	// Drain takes the backend out of routing (its requests in flight
 	// finish) or, with on false, puts it back.
@@ -114,9 +117,10 @@ func Handler(rt Runtime, token string, status *Monitor) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"backends": rt.Backends()})
 	})
 	type target struct {
-		Model  string `json:"model"`
-		URL    string `json:"url"`
-		Weight int    `json:"weight"`
+		Model       string `json:"model"`
+		URL         string `json:"url"`
+		Weight      int    `json:"weight"`
+		ServedModel string `json:"served_model"` // POST only: the name the backend serves the model under
 	}
 	read := func(w http.ResponseWriter, req *http.Request) (target, bool) {
 		var t target
@@ -125,14 +129,14 @@ func Handler(rt Runtime, token string, status *Monitor) http.Handler {
 		// One object and nothing after it: a second one, or trailing
 		// text, is a malformed call, not one to act on in part.
 		if err := dec.Decode(&t); err != nil || t.Model == "" || t.URL == "" || dec.Decode(&struct{}{}) != io.EOF {
-			fail(w, http.StatusBadRequest, `want {"model": NAME, "url": URL[, "weight": N]}`)
+			fail(w, http.StatusBadRequest, `want {"model": NAME, "url": URL[, "weight": N, "served_model": NAME]}`)
 			return t, false
 		}
 		return t, true
 	}
 	r.Post("/admin/backends", func(w http.ResponseWriter, req *http.Request) {
 		if t, ok := read(w, req); ok {
-			answer(w, rt.AddBackend(t.Model, t.URL, t.Weight))
+			answer(w, rt.AddBackend(t.Model, t.URL, t.Weight, t.ServedModel))
 		}
 	})
 	r.Delete("/admin/backends", func(w http.ResponseWriter, req *http.Request) {

@@ -52,11 +52,11 @@ func (f *fake) set(requests uint64, tokens int64, q admin.QueueClass) {
 	f.queues = []admin.QueueClass{q}
 }
 
-func (*fake) AddBackend(string, string, int) error { return nil }
-func (*fake) RemoveBackend(string, string) error   { return nil }
-func (*fake) Drain(string, string, bool) error     { return nil }
-func (*fake) Reload() error                        { return nil }
-func (*fake) Config() ([]byte, error)              { return nil, nil }
+func (*fake) AddBackend(string, string, int, string) error { return nil }
+func (*fake) RemoveBackend(string, string) error           { return nil }
+func (*fake) Drain(string, string, bool) error             { return nil }
+func (*fake) Reload() error                                { return nil }
+func (*fake) Config() ([]byte, error)                      { return nil, nil }
 
 func chartOf(t *testing.T, s admin.Status, id string) admin.Chart {
 	t.Helper()
