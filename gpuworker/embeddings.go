@@ -17,12 +17,7 @@ const maxEmbeddingDims = 8192
 // each input; it does not occupy the engine.
 func (w *Worker) handleEmbeddings(rw http.ResponseWriter, r *http.Request) {
 	var req embeddingRequest
-	if err := decodeBody(rw, r, &req); err != nil {
-		writeError(rw, err)
-		return
-	}
-	if err := w.checkModel(req.Model); err != nil {
-		writeError(rw, err)
+	if !w.readRequest(rw, r, &req, &req.Model) {
 		return
 	}
 	dims := defaultEmbeddingDims

@@ -16,9 +16,20 @@ const (
 	finishLength = "length"
 )
 
-// generation is one chat or completion request on its way through the engine.
+// apiKind is the API a generation answers in.
+type apiKind uint8
+
+const (
+	apiCompletions apiKind = iota // /v1/completions
+	apiChat                       // /v1/chat/completions
+	apiResponses                  // /v1/responses
+)
+
+// generation is one chat, completion or response request on its way
+// through the engine.
 type generation struct {
-	chat    bool
+	api     apiKind
+	chat    bool // api == apiChat
 	id      string
 	created int64
 	params  genParams
@@ -60,7 +71,7 @@ func usageOf(choices []choice, n int) usage {
 
 // serveGeneration submits specs (n choices of each prompt, in order), waits on the engine and writes the answer,
 // streamed or whole. Leaving early, for any reason, cancels the engine work.
-func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, chat bool, p genParams, specs []genSpec, n int) {
+func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, api apiKind, p genParams, specs []genSpec, n int) {
 	latch := w.latch.Load()
 	faults := w.faults.Load().f
 	if !w.addLatency(r.Context(), rw, faults.AddedLatency) {
@@ -73,13 +84,14 @@ func (w *Worker) serveGeneration(rw http.ResponseWriter, r *http.Request, chat b
 		return
 	}
 	defer w.release(j)
-	g := &generation{chat: chat, created: time.Now().Unix(), params: p, n: n, job: j, latch: latch, stallAfter: stallAfter}
-	prefix := "cmpl-"
-	if chat {
-		prefix = "chatcmpl-"
-	}
+	g := &generation{api: api, chat: api == apiChat, created: time.Now().Unix(), params: p, n: n, job: j, latch: latch, stallAfter: stallAfter}
+	prefix := [...]string{apiCompletions: "cmpl-", apiChat: "chatcmpl-", apiResponses: "resp_"}[api]
 	g.id = fmt.Sprintf("%s%x-%d", prefix, w.wall0.UnixNano(), j.choices[0].id)
 	if p.Stream {
+		if api == apiResponses {
+			w.streamResponse(r.Context(), rw, g)
+			return
+		}
 		w.stream(r.Context(), rw, g)
 		return
 	}
@@ -143,6 +155,9 @@ func (w *Worker) await(ctx context.Context, g *generation, snap []choice, ready 
 
 // whole builds a non-streaming response.
 func (w *Worker) whole(g *generation, cs []choice) any {
+	if g.api == apiResponses {
+		return w.response(g, cs[0], true)
+	}
 	if g.chat {
 		resp := chatCompletion{ID: g.id, Object: "chat.completion", Created: g.created, Model: w.model, Usage: usageOf(cs, g.n)}
 		for i, c := range cs {
@@ -163,13 +178,8 @@ func (w *Worker) whole(g *generation, cs []choice) any {
 // stream writes the answer as server-sent events, one chunk per token,
 // flushed as the engine produces it.
 func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generation) {
-	h := rw.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	rw.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(rw)
-	if err := rc.Flush(); err != nil {
+	rc := openStream(rw)
+	if rc == nil {
 		return
 	}
 	var snap []choice
@@ -234,6 +244,21 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 	if _, err := rw.Write([]byte("data: [DONE]\n\n")); err == nil {
 		_ = rc.Flush()
 	}
+}
+
+// openStream sends an event stream's headers at once, and returns the
+// controller to flush its events with; nil when the client is gone.
+func openStream(rw http.ResponseWriter) *http.ResponseController {
+	h := rw.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	rw.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(rw)
+	if err := rc.Flush(); err != nil {
+		return nil
+	}
+	return rc
 }
 
 // chunk builds the stream chunk for token k of choice i.

@@ -122,6 +122,21 @@ func expectedJSON(t reflect.Type) string {
 	return "another type"
 }
 
+// readRequest decodes r's body into req, whose model member is model, and
+// checks the model; it answers the error itself and reports false when
+// either fails.
+func (w *Worker) readRequest(rw http.ResponseWriter, r *http.Request, req any, model *string) bool {
+	err := decodeBody(rw, r, req)
+	if err == nil {
+		err = w.checkModel(*model)
+	}
+	if err != nil {
+		writeError(rw, err)
+		return false
+	}
+	return true
+}
+
 // checkModel validates the requested model name against the served one.
 func (w *Worker) checkModel(model string) error {
 	if model == "" {
@@ -298,7 +313,8 @@ type Generation struct {
 }
 
 // Generations returns the engine work a worker started with seed does for
-// a request body sent to path (/v1/chat/completions or /v1/completions):
+// a request body sent to path (/v1/chat/completions, /v1/completions or
+// /v1/responses):
 // one Generation per prompt, by the worker's own token counts and output
 // lengths. Embeddings (/v1/embeddings) occupy no engine step and return
 // none. A simulator uses it to run a Batch API input file as the workers
@@ -330,6 +346,16 @@ func Generations(path string, body []byte, seed int64) ([]Generation, error) {
 			return nil, err
 		}
 		params, prompts, def = req.genParams, ps, defaultCompletionMaxTokens
+	case "/v1/responses":
+		var req responseRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		p, err := req.prompt()
+		if err != nil {
+			return nil, err
+		}
+		params, prompts, def = genParams{MaxTokens: req.MaxOutputTokens, IgnoreEOS: req.IgnoreEOS}, []prompt{p}, defaultChatMaxTokens
 	case "/v1/embeddings":
 		return nil, nil
 	default:

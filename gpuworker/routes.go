@@ -16,6 +16,7 @@ func (w *Worker) routes(reg *prometheus.Registry) http.Handler {
 		r.Use(w.countCrash)
 		r.With(w.injectErrors).Post("/chat/completions", w.handleChat)
 		r.With(w.injectErrors).Post("/completions", w.handleCompletions)
+		r.With(w.injectErrors).Post("/responses", w.handleResponses)
 		r.Post("/embeddings", w.handleEmbeddings)
 		r.Get("/models", w.handleModels)
 	})
@@ -28,12 +29,7 @@ func (w *Worker) routes(reg *prometheus.Registry) http.Handler {
 
 func (w *Worker) handleChat(rw http.ResponseWriter, r *http.Request) {
 	var req chatRequest
-	if err := decodeBody(rw, r, &req); err != nil {
-		writeError(rw, err)
-		return
-	}
-	if err := w.checkModel(req.Model); err != nil {
-		writeError(rw, err)
+	if !w.readRequest(rw, r, &req, &req.Model) {
 		return
 	}
 	maxTokens, err := req.maxTokens(defaultChatMaxTokens)
@@ -51,17 +47,12 @@ func (w *Worker) handleChat(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, err)
 		return
 	}
-	w.serveGeneration(rw, r, true, req.genParams, req.specs([]prompt{p}, maxTokens, n), n)
+	w.serveGeneration(rw, r, apiChat, req.genParams, req.specs([]prompt{p}, maxTokens, n), n)
 }
 
 func (w *Worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
 	var req completionRequest
-	if err := decodeBody(rw, r, &req); err != nil {
-		writeError(rw, err)
-		return
-	}
-	if err := w.checkModel(req.Model); err != nil {
-		writeError(rw, err)
+	if !w.readRequest(rw, r, &req, &req.Model) {
 		return
 	}
 	maxTokens, err := req.maxTokens(defaultCompletionMaxTokens)
@@ -79,7 +70,7 @@ func (w *Worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, err)
 		return
 	}
-	w.serveGeneration(rw, r, false, req.genParams, req.specs(prompts, maxTokens, n), n)
+	w.serveGeneration(rw, r, apiCompletions, req.genParams, req.specs(prompts, maxTokens, n), n)
 }
 
 func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {

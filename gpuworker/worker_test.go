@@ -14,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -434,6 +435,16 @@ func TestGenerationsMatchTheWorker(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, resp.Usage.PromptTokens, int64(gens[0].PromptTokens), text)
 		assert.Equal(t, resp.Usage.CompletionTokens, int64(gens[0].OutputTokens), text)
+
+		body = `{"model":"` + model + `","input":` + strconv.Quote(text) + `,"max_output_tokens":60}`
+		gens, err = gpuworker.Generations("/v1/responses", []byte(body), 3)
+		require.NoError(t, err)
+		require.Len(t, gens, 1)
+		r, err := c.Responses.New(t.Context(), responses.ResponseNewParams{Model: model, MaxOutputTokens: openai.Int(60),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(text)}})
+		require.NoError(t, err)
+		assert.Equal(t, r.Usage.InputTokens, int64(gens[0].PromptTokens), text)
+		assert.Equal(t, r.Usage.OutputTokens, int64(gens[0].OutputTokens), text)
 	}
 	gens, err := gpuworker.Generations("/v1/completions", []byte(`{"model":"m","prompt":["ab","cd"],"max_tokens":5,"ignore_eos":true}`), 0)
 	require.NoError(t, err)

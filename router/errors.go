@@ -72,7 +72,7 @@ var errShuttingDown = &APIError{Status: http.StatusServiceUnavailable, Type: typ
 	Message: "The server is shutting down; retry the request.", RetryAfter: time.Second}
 
 // noRoute answers a path Sluice does not serve, naming it as OpenAI's API
-// does ("Invalid URL (POST /v1/responses)").
+// does ("Invalid URL (POST /v1/audio/speech)").
 func noRoute(r *http.Request) *APIError {
 	return &APIError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found",
 		Message: "Invalid URL (" + echo(r.Method) + " " + echo(r.URL.EscapedPath()) + ")"}

@@ -146,7 +146,11 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 				// max_completion_tokens. A tier that limits no output
 				// tokens has nothing to hold to: its requests go as sent
 				// (every answer was cut at 1,024 tokens).
-				if b, err := usage.SetMaxTokens(body, tenant.DefaultMaxTokens); err == nil {
+				key := "max_tokens"
+				if r.URL.Path == responsesPath {
+					key = "max_output_tokens"
+				}
+				if b, err := usage.SetMaxTokens(body, key, tenant.DefaultMaxTokens); err == nil {
 					body = b
 				}
 			}
@@ -188,7 +192,7 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 	rec.admitted(ticket)
 	defer ticket.Release()
 	strip := false
-	if req.stream && !req.includeUsage {
+	if req.stream && !req.includeUsage && r.URL.Path != responsesPath { // a response's stream ends with its usage
 		if b, injected, err := usage.AskUsage(body); err == nil {
 			body, strip = b, injected
 		}
@@ -483,6 +487,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	*out = backends.Outcome{Class: backends.ClassFailed} // kept if Forward panics with http.ErrAbortHandler mid-stream
 	mw := measure.NewWriter(w, start, rt.relayClock)
 	mw.StripUsageChunk = strip
+	if r.URL.Path == responsesPath {
+		mw.Responses, at.Ended = true, mw.ResponseEnded
+	}
 	var whole time.Duration // a non-streamed answer's first byte
 	if preq.Stream && ticket != nil {
 		// After the flush: with a shared store it is a round trip.

@@ -68,6 +68,7 @@ func parseInference(body []byte) (parsed, error) {
 		f struct {
 			p                            parsed
 			maxTokens, maxCompl, choices *int
+			maxOutput                    *int // the Responses API's max_output_tokens
 			bestOf                       *int
 			opts                         *streamOptions
 		}
@@ -111,6 +112,8 @@ func parseInference(body []byte) (parsed, error) {
 			decode("max_tokens", val, &f.maxTokens)
 		case "max_completion_tokens":
 			decode("max_completion_tokens", val, &f.maxCompl)
+		case "max_output_tokens":
+			decode("max_output_tokens", val, &f.maxOutput)
 		case "n":
 			decode("n", val, &f.choices)
 		case "best_of":
@@ -160,16 +163,17 @@ func parseInference(body []byte) (parsed, error) {
 	for _, m := range []struct {
 		name string
 		val  *int
-	}{{"max_tokens", f.maxTokens}, {"max_completion_tokens", f.maxCompl}} {
+	}{{"max_tokens", f.maxTokens}, {"max_completion_tokens", f.maxCompl}, {"max_output_tokens", f.maxOutput}} {
 		if m.val != nil {
 			if *m.val < 1 {
 				return parsed{}, badRequest(m.name, "integer_below_min_value", fmt.Sprintf(
 					"Invalid '%s': integer below minimum value. Expected a value >= 1, but got %d instead.", m.name, *m.val))
 			}
-			// The larger of the two: a backend reads one or the other
-			// (vLLM's chat prefers max_completion_tokens, legacy servers
-			// read max_tokens alone, gpuworker's completions read both),
-			// and the limits must cover whichever it reads.
+			// The largest: a backend reads one or another (vLLM's chat
+			// prefers max_completion_tokens, legacy servers read
+			// max_tokens alone, gpuworker's completions read both, the
+			// Responses API max_output_tokens), and the limits must cover
+			// whichever it reads.
 			p.maxTokens = max(p.maxTokens, *m.val)
 		}
 	}
@@ -228,11 +232,16 @@ func firstByte(val []byte) byte {
 	return val[0]
 }
 
+// responsesPath is OpenAI's Responses API, served like chat: its prompt
+// is input (a string or an array of items) and instructions, its output
+// cap max_output_tokens.
+const responsesPath = "/v1/responses"
+
 // checkRoute checks what the route's prompt member must be, as OpenAI
 // does, so that a malformed request is answered here rather than by a
 // backend in its own words: chat needs messages, an array; a completion's
-// prompt and an embedding's input, when present and not null, are a
-// string or an array (vLLM also takes prompt_embeds without a prompt, and
+// prompt and an embedding's or a response's input, when present and not
+// null, are a string or an array (vLLM also takes prompt_embeds without a prompt, and
 // chat-style messages for embeddings, so neither is required).
 //
 // It also makes the prompt estimate the route's: its member's tokens (ids
@@ -264,7 +273,7 @@ func (p *parsed) checkRoute(path string) error {
 		if !textOrAbsent(p.promptKind) {
 			member, kind, want = "prompt", p.promptKind, "a string or an array"
 		}
-	case "/v1/embeddings":
+	case "/v1/embeddings", responsesPath:
 		if !textOrAbsent(p.inputKind) {
 			member, kind, want = "input", p.inputKind, "a string or an array"
 		}
@@ -365,7 +374,7 @@ func bodyTooLarge(limit int64) *APIError {
 
 // routingMembers are the members parseInference reads.
 var routingMembers = [...]string{"model", "stream", "max_tokens", "max_completion_tokens", "n", "best_of", "user",
-	"stream_options", "service_tier", "messages", "prompt", "input"}
+	"stream_options", "service_tier", "messages", "prompt", "input", "max_output_tokens"}
 
 // checkMember refuses a second routing member of one name, or one whose
 // name is escaped (a backend would read it as that member, Sluice would

@@ -331,7 +331,7 @@ func (rt *Router) SetTable(t *Table) {
 // allowed is the Allow header for a path that exists under other methods.
 func allowed(path string) string {
 	switch path {
-	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings":
+	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses":
 		return "POST"
 	}
 	return "GET, HEAD"
@@ -386,6 +386,7 @@ func (rt *Router) Handler() http.Handler {
 	r.Post("/v1/chat/completions", rt.inference)
 	r.Post("/v1/completions", rt.inference)
 	r.Post("/v1/embeddings", rt.inference)
+	r.Post("/v1/responses", rt.inference)
 	if rt.batch != nil {
 		for _, p := range []string{"/v1/files", "/v1/files/*", "/v1/batches", "/v1/batches/*"} {
 			r.HandleFunc(p, rt.batchAPI)

@@ -199,9 +199,9 @@ func TestClientErrors(t *testing.T) {
 		})
 	}
 
-	res, err := http.Post(s.srv.URL+"/v1/responses", "application/json", strings.NewReader(`{}`))
+	res, err := http.Post(s.srv.URL+"/v1/audio/speech", "application/json", strings.NewReader(`{}`))
 	require.NoError(t, err)
-	assert.Equal(t, "Invalid URL (POST /v1/responses)", decodeError(t, res).Message, "names what is not served, as OpenAI does")
+	assert.Equal(t, "Invalid URL (POST /v1/audio/speech)", decodeError(t, res).Message, "names what is not served, as OpenAI does")
 	res.Body.Close()
 
 	res, err = http.Get(s.srv.URL + "/v1/chat/completions")

@@ -430,6 +430,8 @@ func TestTheReservedOutputIsTheBackendsCap(t *testing.T) {
 		{"/v1/chat/completions", `{"model":"` + model + `","messages":[]}`, float64(77), "sk-daily"},
 		{"/v1/chat/completions", `{"model":"` + model + `","messages":[]}`, nil, "sk-open"},
 		{"/v1/completions", `{"model":"` + model + `","prompt":"hi"}`, nil, "sk-open"},
+		{"/v1/responses", `{"model":"` + model + `","input":"hi"}`, float64(77), ""}, // as max_output_tokens
+		{"/v1/responses", `{"model":"` + model + `","input":"hi","max_output_tokens":5}`, float64(5), ""},
 	} {
 		req, err := http.NewRequest(http.MethodPost, s.srv.URL+tt.path, strings.NewReader(tt.body))
 		require.NoError(t, err)
@@ -442,7 +444,12 @@ func TestTheReservedOutputIsTheBackendsCap(t *testing.T) {
 		mu.Lock()
 		last := got[len(got)-1]
 		mu.Unlock()
-		assert.Equal(t, tt.want, last["max_tokens"], tt.body)
+		capKey := "max_tokens"
+		if tt.path == "/v1/responses" {
+			capKey = "max_output_tokens"
+			assert.NotContains(t, last, "max_tokens", "the Responses API's cap is max_output_tokens")
+		}
+		assert.Equal(t, tt.want, last[capKey], tt.body)
 	}
 }
 

@@ -144,6 +144,8 @@ func TestEndToEnd(t *testing.T) {
 }
 
 // TestEmbeddingsAndCompletions runs the other two endpoints.
+// TestEmbeddingsAndCompletions: the other endpoints a batch may run,
+// the Responses API's among them, each line answered 200.
 func TestEmbeddingsAndCompletions(t *testing.T) {
 	f := start(t, setup{})
 	acme := f.client(t, "sk-acme")
@@ -153,6 +155,7 @@ func TestEmbeddingsAndCompletions(t *testing.T) {
 	}{
 		{openai.BatchNewParamsEndpointV1Embeddings, `{"model":"` + model + `","input":"hello"}`},
 		{openai.BatchNewParamsEndpointV1Completions, `{"model":"` + model + `","prompt":"hello","max_tokens":4}`},
+		{openai.BatchNewParamsEndpointV1Responses, `{"model":"` + model + `","input":"hello","max_output_tokens":4}`},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.endpoint), func(t *testing.T) {
@@ -163,6 +166,10 @@ func TestEmbeddingsAndCompletions(t *testing.T) {
 			assert.EqualValues(t, 2, b.RequestCounts.Completed)
 			out := download(t, acme, b.OutputFileID)
 			assert.Len(t, out, 2)
+			for _, l := range out {
+				require.NotNil(t, l.Response, "%+v", l)
+				assert.Equal(t, http.StatusOK, l.Response.StatusCode, "%s", l.Response.Body)
+			}
 			assert.Empty(t, b.ErrorFileID)
 		})
 	}
@@ -236,7 +243,7 @@ func TestBadRequests(t *testing.T) {
 	}{
 		{"unknown file", openai.BatchNewParams{InputFileID: "file-nope", Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
 			CompletionWindow: openai.BatchNewParamsCompletionWindow24h}, http.StatusNotFound, "not_found"},
-		{"endpoint not served", openai.BatchNewParams{InputFileID: good.ID, Endpoint: openai.BatchNewParamsEndpointV1Responses,
+		{"endpoint not served", openai.BatchNewParams{InputFileID: good.ID, Endpoint: openai.BatchNewParamsEndpointV1Moderations,
 			CompletionWindow: openai.BatchNewParamsCompletionWindow24h}, http.StatusBadRequest, "invalid_value"},
 		{"window", openai.BatchNewParams{InputFileID: good.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
 			CompletionWindow: "1h"}, http.StatusBadRequest, "invalid_value"},

@@ -40,7 +40,7 @@ const (
 // Endpoints lists the inference routes a batch may run, in the order
 // error messages name them.
 func Endpoints() []string {
-	return []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+	return []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"}
 }
 
 func knownEndpoint(url string) bool { return slices.Contains(Endpoints(), url) }

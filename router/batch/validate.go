@@ -87,6 +87,7 @@ type lineBody struct {
 	Model               string `json:"model"`
 	MaxTokens           *int   `json:"max_tokens"`
 	MaxCompletionTokens *int   `json:"max_completion_tokens"`
+	MaxOutputTokens     *int   `json:"max_output_tokens"` // the Responses API's
 	N                   *int   `json:"n"`
 	BestOf              *int   `json:"best_of"`
 	// The prompt, for its size (jsonscan.RouteTokens, as the router
@@ -212,7 +213,7 @@ func checkLine(no int, in inputLine, endpoint string, seen map[string]int, bad f
 	// alone); n or best_of choices, per prompt of a completion's prompt
 	// list.
 	out := 0
-	for _, v := range []*int{body.MaxTokens, body.MaxCompletionTokens} {
+	for _, v := range []*int{body.MaxTokens, body.MaxCompletionTokens, body.MaxOutputTokens} {
 		if v != nil {
 			out = max(out, *v)
 		}

@@ -31,7 +31,7 @@ func TestInvalidInput(t *testing.T) {
 			[]string{"line 2: not a JSON object"}, []string{"invalid_json_line"}},
 		{"unknown url", []string{chatLine("a", model, 4), chatLine("b", model, 4),
 			`{"custom_id":"c","method":"POST","url":"/v1/foo","body":{"model":"` + model + `"}}`},
-			[]string{`line 3: url "/v1/foo" is not one of /v1/chat/completions, /v1/completions, /v1/embeddings`}, []string{"invalid_url"}},
+			[]string{`line 3: url "/v1/foo" is not one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses`}, []string{"invalid_url"}},
 		{"another endpoint", []string{`{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{"model":"` + model + `"}}`},
 			[]string{`line 1: url "/v1/embeddings" is not the batch's endpoint "/v1/chat/completions"`}, []string{"mismatched_url"}},
 		{"duplicate custom_id", []string{chatLine("a", model, 4), chatLine("b", model, 4), chatLine("a", model, 4)},

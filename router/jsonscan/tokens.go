@@ -63,7 +63,7 @@ func RouteMember(path string) int {
 		return 0
 	case "/v1/completions":
 		return 1
-	case "/v1/embeddings":
+	case "/v1/embeddings", "/v1/responses":
 		return 2
 	}
 	return -1

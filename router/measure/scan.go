@@ -400,9 +400,9 @@ func (d *docState) endKey(k []byte) {
 		d.field = fieldChoices
 	case d.depth == 1 && string(k) == "usage":
 		d.field = fieldUsage
-	case d.depth == 2 && d.inUsage && string(k) == "prompt_tokens":
-		d.field = fieldPrompt
-	case d.depth == 2 && d.inUsage && string(k) == "completion_tokens":
+	case d.depth == 2 && d.inUsage && (string(k) == "prompt_tokens" || string(k) == "input_tokens"):
+		d.field = fieldPrompt // input_tokens: the Responses API's name
+	case d.depth == 2 && d.inUsage && (string(k) == "completion_tokens" || string(k) == "output_tokens"):
 		d.field = fieldCompletion
 	case string(k) == "role":
 		d.role = true

@@ -69,6 +69,7 @@ type Writer struct {
 	last   time.Time // last body byte relayed
 
 	sse     sseScanner
+	resp    *respScanner // a Responses API stream's
 	body    jsonScanner
 	relayed int
 
@@ -100,6 +101,14 @@ type Writer struct {
 	// Content-Length header is removed; an encoded (compressed) stream is
 	// not stripped.
 	StripUsageChunk bool
+	// Responses, set before the answer starts, says the answer is OpenAI's
+	// Responses API's. Its stream's first token is its first delta event,
+	// not its first byte (the stream opens before the prefill: see
+	// respScanner): TTFT, OnFirstByte and AfterFirstFlush wait for it, or
+	// for the event ending the response when no delta came. Its usage is
+	// input_tokens and output_tokens: the response object's in that event,
+	// the top-level usage of a whole answer.
+	Responses bool
 }
 
 // NewWriter wraps w for an attempt that started at start; now is the clock
@@ -124,6 +133,9 @@ func (w *Writer) WriteHeader(code int) {
 		ct := h.Get("Content-Type")
 		w.stream = strings.HasPrefix(ct, "text/event-stream")
 		w.json = strings.HasPrefix(ct, "application/json")
+		if w.Responses && w.stream {
+			w.resp = &respScanner{}
+		}
 		// An encoded body cannot be read, so it is relayed as it is.
 		w.strip = w.StripUsageChunk && w.stream && code/100 == 2 && h.Get("Content-Encoding") == ""
 		if w.strip {
@@ -148,6 +160,10 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	if n > 0 && w.status/100 == 2 {
 		now := w.clock()
+		if w.resp != nil {
+			w.relayResponse(p[:n], now)
+			return n, err
+		}
 		w.relayedAt(now)
 		switch {
 		case w.stream:
@@ -258,6 +274,21 @@ func (w *Writer) emit(b []byte, now time.Time) error {
 	return err
 }
 
+// relayResponse scans p, a part of a Responses API stream relayed at now:
+// the answer begins at its first delta event, or at the event ending it.
+func (w *Writer) relayResponse(p []byte, now time.Time) {
+	w.relayed += w.resp.feed(p, now)
+	if w.first.IsZero() && (w.resp.events > 0 || w.resp.ended) {
+		w.relayedAt(now)
+	}
+	w.last = now
+}
+
+// ResponseEnded reports whether a Responses API stream's ending event
+// (response.completed, response.incomplete or response.failed) was
+// relayed: such a stream ends there, with no [DONE].
+func (w *Writer) ResponseEnded() bool { return w.resp != nil && w.resp.ended }
+
 // relayedAt notes that body bytes reached the client at now.
 func (w *Writer) relayedAt(now time.Time) {
 	if w.first.IsZero() {
@@ -321,6 +352,13 @@ func (w *Writer) Result() Result {
 		}
 		r.Relayed = w.relayed
 		r.PromptTokens, r.CompletionTokens, r.UsageExact = w.sse.doc.prompt, w.sse.doc.completion, w.sse.doc.usage
+		if s := w.resp; s != nil {
+			r.Tokens, r.Decode = 0, 0
+			if s.events >= 2 {
+				r.Tokens, r.Decode = s.events-1, s.last.Sub(s.first)
+			}
+			r.PromptTokens, r.CompletionTokens, r.UsageExact = s.prompt, s.completion, s.usage
+		}
 		return r
 	}
 	r.PromptTokens, r.CompletionTokens, r.UsageExact = w.body.prompt, w.body.completion, w.body.usage

@@ -157,6 +157,11 @@ type Attempt struct {
 	// bytes from the backend (each ends an engine step there), once those
 	// bytes are relayed to the client.
 	OnRead func()
+	// Ended, when set, reports whether an event stream that did not end
+	// with [DONE] ended whole all the same: the Responses API's streams
+	// end with their response.completed event (measure.Writer's
+	// ResponseEnded), and send no [DONE].
+	Ended func() bool
 }
 
 // attempt is one Forward call's state. It is reached from the shared
@@ -192,8 +197,9 @@ func (a *attempt) getBody() (io.ReadCloser, error) {
 // is copied, so that what the caller does next does not delay it. It returns
 // nil when a response was relayed (whatever its status), a
 // *StreamCutError when an event stream was relayed in part and then broke,
-// stalled past the idle timeout or ended without [DONE] (the caller ends
-// it with ErrorEvent), or an *AttemptError when nothing was written to w.
+// stalled past the idle timeout or ended neither with [DONE] nor as
+// at.Ended says (the caller ends it with ErrorEvent), or an *AttemptError
+// when nothing was written to w.
 // A whole (non-stream) answer that fails after it started panics with
 // http.ErrAbortHandler, as httputil.ReverseProxy does, so the server
 // aborts the client connection: a cut JSON body must not look complete.
@@ -234,7 +240,7 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, at Attempt) erro
 			_ = http.NewResponseController(w).Flush()
 			return nil
 		}
-		if cut := stream.cut(); cut != nil {
+		if cut := stream.cut(a.Ended); cut != nil {
 			if errors.Is(context.Cause(r.Context()), ErrTotalTimeout) {
 				return &StreamCutError{Err: ErrTotalTimeout}
 			}

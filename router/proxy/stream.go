@@ -147,15 +147,16 @@ func (s *streamBody) Close() error {
 	return s.rc.Close()
 }
 
-// cut reports how the stream ended: nil when it ended with [DONE].
-func (s *streamBody) cut() *StreamCutError {
+// cut reports how the stream ended: nil when it ended with [DONE], or
+// ended says it ended whole.
+func (s *streamBody) cut(ended func() bool) *StreamCutError {
 	if s.timer != nil {
 		s.ended.Store(true)
 		s.timer.Stop()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if bytes.HasSuffix(bytes.TrimRight(s.tail[:s.n], "\r\n"), []byte("[DONE]")) {
+	if bytes.HasSuffix(bytes.TrimRight(s.tail[:s.n], "\r\n"), []byte("[DONE]")) || ended != nil && ended() {
 		// The answer is whole. An error after [DONE] cut nothing: the
 		// client leaving as soon as it has read it (the OpenAI SDKs close
 		// the stream there), which cancels the read of the backend's end

@@ -233,7 +233,7 @@ func TestStreamBodyCutsOnlyASilence(t *testing.T) {
 	_, err := s.Read(buf) // the writer is silent from here
 	assert.Equal(t, io.EOF, err, "streamBody ends the copy cleanly")
 	assert.GreaterOrEqual(t, time.Since(last), idle-idle/idleTicks/2, "not cut before the timeout of silence")
-	cut := s.cut()
+	cut := s.cut(nil)
 	require.NotNil(t, cut)
 	assert.True(t, cut.Stalled)
 }

@@ -65,10 +65,11 @@ func SetModel(body []byte, name string) ([]byte, error) {
 	return setMember(body, "model", string(v))
 }
 
-// SetMaxTokens returns a copy of body whose top-level "max_tokens" is n,
-// added, or replacing a null.
-func SetMaxTokens(body []byte, n int) ([]byte, error) {
-	return setMember(body, "max_tokens", strconv.Itoa(n))
+// SetMaxTokens returns a copy of body whose top-level member key (the
+// output cap: "max_tokens", or the Responses API's "max_output_tokens") is
+// n, added, or replacing a null.
+func SetMaxTokens(body []byte, key string, n int) ([]byte, error) {
+	return setMember(body, key, strconv.Itoa(n))
 }
 
 // setMember returns a copy of body whose top-level member key has the

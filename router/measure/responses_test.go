@@ -1,0 +1,96 @@
+package measure
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// responseStream is a Responses API stream as vLLM sends one: two events
+// before any token, two deltas, the done events and the completed one
+// with the usage.
+const responseStream = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\",\"usage\":null}}\n\n" +
+	"event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{\"id\":\"resp_1\",\"usage\":null}}\n\n" +
+	"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"delta\":\"Hel\"}\n\n" +
+	": keep-alive\n\n" +
+	"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"delta\":\"lo \\\"usage\\\":{\\\"input_tokens\\\":99}\"}\n\n" +
+	"event: response.output_text.done\ndata: {\"type\":\"response.output_text.done\",\"sequence_number\":4,\"text\":\"Hello\"}\n\n" +
+	"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":5,\n" +
+	"data: \"response\":{\"id\":\"resp_1\",\"status\":\"completed\",\"usage\":{\"input_tokens\":11,\"output_tokens\":2,\"total_tokens\":13}}}\n\n"
+
+// TestWriterMeasuresAResponseStream: whatever the chunking and line ends,
+// the first token is the first delta (the events before it do not start
+// the answer), the usage is response.completed's (its data split over two
+// lines), and the stream counts as ended.
+func TestWriterMeasuresAResponseStream(t *testing.T) {
+	for _, body := range []string{responseStream, strings.ReplaceAll(responseStream, "\n", "\r\n"), strings.ReplaceAll(responseStream, "data: ", "data:")} {
+		for split := 1; split <= len(body); split += 11 {
+			rec := httptest.NewRecorder()
+			c := &clock{t: time.Unix(100, 0)}
+			w := NewWriter(rec, time.Unix(100, 0), c.now)
+			w.Responses = true
+			var firstAt int // the byte after which OnFirstByte ran
+			w.OnFirstByte = func() { firstAt = rec.Body.Len() }
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			for i := 0; i < len(body); i += split {
+				if i < len(body)-4 { // the last event's blank line may end it a byte early
+					require.False(t, w.ResponseEnded(), "not before its last event")
+				}
+				_, err := w.Write([]byte(body[i:min(i+split, len(body))]))
+				require.NoError(t, err)
+			}
+			require.Equal(t, body, rec.Body.String(), "relayed unchanged")
+			r := w.Result()
+			assert.True(t, w.ResponseEnded())
+			assert.Equal(t, [3]any{true, 11, 2}, [3]any{r.UsageExact, r.PromptTokens, r.CompletionTokens}, "split %d", split)
+			assert.Equal(t, 2, r.Relayed, "two deltas")
+			assert.Equal(t, 1, r.Tokens, "one token after the first")
+			delta := strings.Index(body, "response.output_text.delta")
+			assert.Greater(t, firstAt, delta, "split %d: the answer began with the first delta, not its first byte", split)
+			assert.Positive(t, r.TTFT)
+		}
+	}
+}
+
+// TestWriterMeasuresAWholeResponse: a whole Responses answer's usage is
+// input_tokens and output_tokens.
+func TestWriterMeasuresAWholeResponse(t *testing.T) {
+	rec := httptest.NewRecorder()
+	w := NewWriter(rec, time.Unix(100, 0), (&clock{t: time.Unix(100, 0)}).now)
+	w.Responses = true
+	w.Header().Set("Content-Type", "application/json")
+	_, err := w.Write([]byte(`{"id":"resp_1","object":"response","output":[{"type":"message","content":[{"type":"output_text","text":"{\"usage\":{\"input_tokens\":9}}"}]}],` +
+		`"usage":{"input_tokens":11,"input_tokens_details":{"cached_tokens":4},"output_tokens":2,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":13}}`))
+	require.NoError(t, err)
+	r := w.Result()
+	assert.Equal(t, [3]any{true, 11, 2}, [3]any{r.UsageExact, r.PromptTokens, r.CompletionTokens})
+	assert.False(t, w.ResponseEnded(), "only a stream ends with an event")
+}
+
+// TestAResponseStreamWithoutDeltasBeginsAtItsEnd: a response with no
+// delta (nothing generated) begins, for its first token, at the event
+// ending it; one cut before that has not ended.
+func TestAResponseStreamWithoutDeltasBeginsAtItsEnd(t *testing.T) {
+	rec := httptest.NewRecorder()
+	w := NewWriter(rec, time.Unix(100, 0), (&clock{t: time.Unix(100, 0)}).now)
+	w.Responses = true
+	began := false
+	w.OnFirstByte = func() { began = true }
+	w.Header().Set("Content-Type", "text/event-stream")
+	_, err := w.Write([]byte("data: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n"))
+	require.NoError(t, err)
+	assert.False(t, began)
+	assert.False(t, w.ResponseEnded())
+	_, err = w.Write([]byte("data: {\"type\":\"response.incomplete\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n"))
+	require.NoError(t, err)
+	assert.True(t, began)
+	assert.True(t, w.ResponseEnded())
+	r := w.Result()
+	assert.Equal(t, [3]any{true, 5, 0}, [3]any{r.UsageExact, r.PromptTokens, r.CompletionTokens})
+}
