@@ -10,6 +10,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -121,6 +122,24 @@ func TestSessionKeyAndPrefixHashesReachThePicker(t *testing.T) {
 	assert.Equal(t, a[:4], b[:4], "the shared system prompt gives equal leading hashes")
 	assert.NotEqual(t, a[len(a)-1], b[len(a)-1], "the questions differ after it")
 	assert.Equal(t, a, rec.seen[2].PrefixHashes, "the same prompt hashes the same")
+
+	// A Responses conversation sent again with its next turn: its input
+	// shares the first turn's prefix.
+	turn := []responses.ResponseInputItemUnionParam{responses.ResponseInputItemParamOfMessage(kv, responses.EasyInputMessageRoleUser)}
+	respond := func(items responses.ResponseInputParam) {
+		t.Helper()
+		_, err := client.Responses.New(context.Background(), responses.ResponseNewParams{Model: model, MaxOutputTokens: openai.Int(4),
+			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: items}})
+		require.NoError(t, err)
+	}
+	respond(turn)
+	respond(append(turn, responses.ResponseInputItemParamOfMessage("A cache.", responses.EasyInputMessageRoleAssistant),
+		responses.ResponseInputItemParamOfMessage(kv+" And why?", responses.EasyInputMessageRoleUser)))
+	require.Len(t, rec.seen, 5)
+	first, next := rec.seen[3].PrefixHashes, rec.seen[4].PrefixHashes
+	require.NotEmpty(t, first)
+	require.Greater(t, len(next), len(first))
+	assert.Equal(t, first[:len(first)-1], next[:len(first)-1], "the next turn shares the history's prefix")
 }
 
 // startSluiceWith serves a router built from opts as given.

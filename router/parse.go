@@ -39,6 +39,7 @@ type parsed struct {
 	// completion without it is sent the tier's default.
 	maxTokensOnly int
 	prompt        []byte   // the prompt member's value, for checkRoute's count of prompts
+	input         []byte   // the input member's value, a response's prompt for checkRoute's prefix hashes
 	prefix        []uint64 // see prefixHashes
 	// The first byte of the messages, prompt and input members' values
 	// ('[' for an array, '"' for a string...), 0 for a member absent.
@@ -180,7 +181,7 @@ func parseInference(body []byte) (parsed, error) {
 	if f.maxTokens != nil {
 		p.maxTokensOnly = *f.maxTokens
 	}
-	p.prompt = promptText
+	p.prompt, p.input = promptText, input
 	// best_of: legacy completions (and vLLM) generate best_of sequences
 	// and return the n best, so the output to reserve is the larger's.
 	p.choices = 1
@@ -253,6 +254,11 @@ const responsesPath = "/v1/responses"
 func (p *parsed) checkRoute(path string) error {
 	if i := jsonscan.RouteMember(path); i >= 0 {
 		p.promptTokens = p.memberTokens[i] + (p.bodyBytes-p.memberBytes[i])/jsonscan.BytesPerToken
+	}
+	if path == responsesPath && p.prefix == nil {
+		// A conversation sent again with its next turn shares its
+		// history's prefix: the prefix scorer finds where it went.
+		p.prefix = prefixHashesOf(p.input)
 	}
 	if path == "/v1/completions" {
 		// Each prompt of a list gets its n (or best_of) completions: 500
