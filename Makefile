@@ -96,6 +96,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzAskUsage -fuzztime=$(FUZZTIME) ./router/usage
 	$(GO) test -run='^$$' -fuzz=FuzzStrip -fuzztime=$(FUZZTIME) ./router/measure
 	$(GO) test -run='^$$' -fuzz=FuzzJSONScan -fuzztime=$(FUZZTIME) ./router/measure
+	$(GO) test -run='^$$' -fuzz=FuzzResponseStream -fuzztime=$(FUZZTIME) ./router/measure
 	$(GO) test -run='^$$' -fuzz=FuzzValidate -fuzztime=$(FUZZTIME) ./router/batch
 
 ## deploy-check: the Helm chart rendered and decoded strictly into the Kubernetes API types, `sluice validate` on its configs and deploy/compose's, vet, staticcheck and helm lint --strict (deploy/helmcheck is its own module)

@@ -94,3 +94,27 @@ func TestAResponseStreamWithoutDeltasBeginsAtItsEnd(t *testing.T) {
 	r := w.Result()
 	assert.Equal(t, [3]any{true, 5, 0}, [3]any{r.UsageExact, r.PromptTokens, r.CompletionTokens})
 }
+
+// FuzzResponseStream: a Responses stream scanned whole and scanned in two
+// pieces, cut anywhere, counts the same deltas and reads the same usage
+// and end, whatever the bytes.
+func FuzzResponseStream(f *testing.F) {
+	f.Add([]byte(responseStream), uint16(17))
+	f.Add([]byte(strings.ReplaceAll(responseStream, "\n", "\r\n")), uint16(300))
+	f.Add([]byte("data: {\"type\":\"x.delta\"}\r\rdata: {\"type\":\"response.failed\",\"response\":{\"usage\":null}}\n\n"), uint16(3))
+	f.Fuzz(func(t *testing.T, body []byte, cut uint16) {
+		at := int(cut) % (len(body) + 1)
+		t0 := time.Unix(0, 0)
+		var whole, split respScanner
+		n := whole.feed(body, t0)
+		m := split.feed(body[:at], t0)
+		m += split.feed(body[at:], t0)
+		if n != m || whole.events != split.events || whole.ended != split.ended ||
+			whole.usage != split.usage || whole.prompt != split.prompt || whole.completion != split.completion {
+			t.Fatalf("cut at %d: whole %d/%+v, split %d/%+v", at, n, whole, m, split)
+		}
+		if n != whole.events {
+			t.Fatalf("feed returned %d deltas, counted %d", n, whole.events)
+		}
+	})
+}
