@@ -2,6 +2,7 @@ package measure
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +88,65 @@ func TestStream500(t *testing.T) {
 	if r := w.Result(); r.Relayed != 497 {
 		t.Fatalf("relayed %d", r.Relayed)
 	}
+}
+
+// responses500 is a Responses API stream of 500 events as vLLM sends one:
+// created and in_progress, the item and part opening, 492 text deltas, the
+// done events and response.completed repeating the whole text.
+func responses500() []string {
+	open := `{"id":"resp_1","object":"response","created_at":1,"status":"in_progress","model":"llama-3-8b","output":[],"usage":null}`
+	event := func(kind, data string) string { return "event: " + kind + "\ndata: " + data + "\n\n" }
+	events := []string{
+		event("response.created", `{"type":"response.created","sequence_number":0,"response":`+open+`}`),
+		event("response.in_progress", `{"type":"response.in_progress","sequence_number":1,"response":`+open+`}`),
+		event("response.output_item.added", `{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"id":"msg_1","type":"message","status":"in_progress","role":"assistant","content":[]}}`),
+		event("response.content_part.added", `{"type":"response.content_part.added","sequence_number":3,"item_id":"msg_1","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}}`),
+	}
+	words := []string{"The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", "."}
+	var text strings.Builder
+	for i := range 492 {
+		w := words[i%len(words)]
+		text.WriteString(w)
+		events = append(events, event("response.output_text.delta", `{"type":"response.output_text.delta","sequence_number":`+
+			strconv.Itoa(i+4)+`,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"`+w+`","logprobs":[]}`))
+	}
+	t := strconv.Quote(text.String())
+	done := `{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":` + t + `,"annotations":[]}]}`
+	return append(events,
+		event("response.output_text.done", `{"type":"response.output_text.done","sequence_number":496,"item_id":"msg_1","output_index":0,"content_index":0,"text":`+t+`}`),
+		event("response.content_part.done", `{"type":"response.content_part.done","sequence_number":497,"item_id":"msg_1","output_index":0,"content_index":0,"part":{"type":"output_text","text":`+t+`,"annotations":[]}}`),
+		event("response.output_item.done", `{"type":"response.output_item.done","sequence_number":498,"output_index":0,"item":`+done+`}`),
+		event("response.completed", `{"type":"response.completed","sequence_number":499,"response":{"id":"resp_1","object":"response","status":"completed","model":"llama-3-8b","output":[`+
+			done+`],"usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens":492,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":504}}}`))
+}
+
+// BenchmarkWriterResponses relays a 500-event Responses stream, one Write
+// and Flush per event, beside BenchmarkWriter's chat stream.
+func BenchmarkWriterResponses(b *testing.B) {
+	events := responses500()
+	writes := make([][]byte, len(events))
+	size := 0
+	for i, s := range events {
+		writes[i] = []byte(s)
+		size += len(s)
+	}
+	rw := discard{h: http.Header{"Content-Type": {"text/event-stream"}}}
+	start := time.Now()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		w := NewWriter(rw, start, nil)
+		w.Responses = true
+		w.WriteHeader(http.StatusOK)
+		for _, p := range writes {
+			if _, err := w.Write(p); err != nil {
+				b.Fatal(err)
+			}
+			w.Flush()
+		}
+		if r := w.Result(); r.Relayed != 492 || r.CompletionTokens != 492 || !w.ResponseEnded() {
+			b.Fatalf("measured %+v", r)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/500, "ns/event")
 }

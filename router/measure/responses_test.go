@@ -118,3 +118,18 @@ func FuzzResponseStream(f *testing.F) {
 		}
 	})
 }
+
+// TestAHugeResponseStillEnds: a response.completed past the bound the
+// scanner holds (it repeats the whole output) still ends the stream, and
+// a type not written first is found all the same; only the usage at its
+// end goes unread.
+func TestAHugeResponseStillEnds(t *testing.T) {
+	var s respScanner
+	t0 := time.Unix(0, 0)
+	assert.Equal(t, 1, s.feed([]byte("data: {\"sequence_number\":2,\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n"), t0))
+	huge := strings.Repeat("x", maxResponseEvent)
+	s.feed([]byte(`data: {"type":"response.completed","response":{"output":[{"text":"`+huge+`"}],"usage":{"input_tokens":1,"output_tokens":1}}}`+"\n\n"), t0)
+	assert.True(t, s.ended)
+	assert.False(t, s.usage)
+	assert.LessOrEqual(t, cap(s.data), 2*maxResponseEvent, "held no more than the bound")
+}
