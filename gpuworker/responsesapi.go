@@ -172,14 +172,18 @@ func (w *Worker) response(g *generation, c choice, done bool) *responseObject {
 	if c.finishReason() == finishLength {
 		resp.Status, resp.IncompleteDetails = "incomplete", &incompleteDetails{Reason: "max_output_tokens"}
 	}
-	resp.Output = []outputMessage{w.outputMessage(g, c.text(), "completed")}
+	resp.Output = []outputMessage{outputMessageOf(g, c.text(), "completed")}
 	u := usageOf([]choice{c}, 1)
 	resp.Usage = &responseUsage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
 	return resp
 }
 
-func (w *Worker) outputMessage(g *generation, text, status string) outputMessage {
-	m := outputMessage{ID: "msg_" + g.id[len("resp_"):], Type: "message", Status: status, Role: "assistant", Content: []outputText{}}
+// itemID is the id of g's one output message.
+func itemID(g *generation) string { return "msg_" + g.id[len("resp_"):] }
+
+// outputMessageOf is g's output message, its text given once completed.
+func outputMessageOf(g *generation, text, status string) outputMessage {
+	m := outputMessage{ID: itemID(g), Type: "message", Status: status, Role: "assistant", Content: []outputText{}}
 	if status == "completed" {
 		m.Content = []outputText{{Type: "output_text", Text: text, Annotations: []string{}}}
 	}
@@ -204,7 +208,7 @@ func (w *Worker) streamResponse(ctx context.Context, rw http.ResponseWriter, g *
 		return
 	}
 	var snap []choice
-	sent := 0
+	sent, id := 0, itemID(g)
 	for {
 		var st awaitStatus
 		snap, st = w.await(ctx, g, snap, func(cs []choice) bool { return cs[0].tokens > sent })
@@ -224,7 +228,7 @@ func (w *Worker) streamResponse(ctx context.Context, rw http.ResponseWriter, g *
 				return
 			}
 			if sent == 0 {
-				item := w.outputMessage(g, "", "in_progress")
+				item := outputMessageOf(g, "", "in_progress")
 				if !send(responseEvent{Type: "response.output_item.added", OutputIndex: &zero, Item: &item}) ||
 					!send(responseEvent{Type: "response.content_part.added", ItemID: item.ID, OutputIndex: &zero, ContentIndex: &zero,
 						Part: &outputText{Type: "output_text", Annotations: []string{}}}) {
@@ -232,7 +236,7 @@ func (w *Worker) streamResponse(ctx context.Context, rw http.ResponseWriter, g *
 				}
 			}
 			delta := tokenText(c.key, sent)
-			if !send(responseEvent{Type: "response.output_text.delta", ItemID: w.outputMessage(g, "", "").ID, OutputIndex: &zero,
+			if !send(responseEvent{Type: "response.output_text.delta", ItemID: id, OutputIndex: &zero,
 				ContentIndex: &zero, Delta: &delta, Logprobs: &[]struct{}{}}) {
 				return
 			}
@@ -243,7 +247,7 @@ func (w *Worker) streamResponse(ctx context.Context, rw http.ResponseWriter, g *
 	}
 	c := snap[0]
 	text := c.text()
-	item := w.outputMessage(g, text, "completed")
+	item := outputMessageOf(g, text, "completed")
 	part := item.Content[0]
 	if !send(responseEvent{Type: "response.output_text.done", ItemID: item.ID, OutputIndex: &zero, ContentIndex: &zero, Text: &text, Logprobs: &[]struct{}{}}) ||
 		!send(responseEvent{Type: "response.content_part.done", ItemID: item.ID, OutputIndex: &zero, ContentIndex: &zero, Part: &part}) ||

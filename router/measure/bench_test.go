@@ -29,7 +29,8 @@ func stream500() []string {
 
 // BenchmarkWriter relays a 500-event stream, one Write and Flush per event
 // as httputil.ReverseProxy does for a server that flushes every event, or
-// with every event split in two Writes.
+// with every event split in two Writes; responses is a Responses API
+// stream of 500 events.
 func BenchmarkWriter(b *testing.B) {
 	whole := stream500()
 	var split []string
@@ -37,13 +38,15 @@ func BenchmarkWriter(b *testing.B) {
 		split = append(split, e[:len(e)/2], e[len(e)/2:])
 	}
 	tests := []struct {
-		name   string
-		writes []string
-		strip  bool
+		name               string
+		writes             []string
+		strip, responses   bool
+		relayed, completed int // what the Writer must measure
 	}{
-		{"plain", whole, false},
-		{"strip", whole, true},
-		{"strip_split_events", split, true},
+		{"plain", whole, false, false, 497, 5},
+		{"strip", whole, true, false, 497, 5},
+		{"strip_split_events", split, true, false, 497, 5},
+		{"responses", responses500(), false, true, 492, 492},
 	}
 	for _, tt := range tests {
 		b.Run(tt.name, func(b *testing.B) {
@@ -59,7 +62,7 @@ func BenchmarkWriter(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				w := NewWriter(rw, start, nil)
-				w.StripUsageChunk = tt.strip
+				w.StripUsageChunk, w.Responses = tt.strip, tt.responses
 				w.WriteHeader(http.StatusOK)
 				for _, p := range writes {
 					if _, err := w.Write(p); err != nil {
@@ -70,7 +73,7 @@ func BenchmarkWriter(b *testing.B) {
 				if err := w.Finish(); err != nil {
 					b.Fatal(err)
 				}
-				if r := w.Result(); r.Relayed != 497 || r.CompletionTokens != 5 {
+				if r := w.Result(); r.Relayed != tt.relayed || r.CompletionTokens != tt.completed {
 					b.Fatalf("measured %+v", r)
 				}
 			}
@@ -118,35 +121,4 @@ func responses500() []string {
 		event("response.output_item.done", `{"type":"response.output_item.done","sequence_number":498,"output_index":0,"item":`+done+`}`),
 		event("response.completed", `{"type":"response.completed","sequence_number":499,"response":{"id":"resp_1","object":"response","status":"completed","model":"llama-3-8b","output":[`+
 			done+`],"usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens":492,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":504}}}`))
-}
-
-// BenchmarkWriterResponses relays a 500-event Responses stream, one Write
-// and Flush per event, beside BenchmarkWriter's chat stream.
-func BenchmarkWriterResponses(b *testing.B) {
-	events := responses500()
-	writes := make([][]byte, len(events))
-	size := 0
-	for i, s := range events {
-		writes[i] = []byte(s)
-		size += len(s)
-	}
-	rw := discard{h: http.Header{"Content-Type": {"text/event-stream"}}}
-	start := time.Now()
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	for b.Loop() {
-		w := NewWriter(rw, start, nil)
-		w.Responses = true
-		w.WriteHeader(http.StatusOK)
-		for _, p := range writes {
-			if _, err := w.Write(p); err != nil {
-				b.Fatal(err)
-			}
-			w.Flush()
-		}
-		if r := w.Result(); r.Relayed != 492 || r.CompletionTokens != 492 || !w.ResponseEnded() {
-			b.Fatalf("measured %+v", r)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/500, "ns/event")
 }

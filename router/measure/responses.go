@@ -25,7 +25,7 @@ const maxResponseEvent = 4 << 20
 // vLLM and OpenAI write it, first (else by a scan of its members), and only
 // the event ending the response is decoded, with encoding/json: decoding
 // every event took 1.7 µs and 7 allocations an event
-// (BenchmarkWriterResponses).
+// (BenchmarkWriter's responses case).
 type respScanner struct {
 	line    []byte // the line being read
 	data    []byte // the event's data lines so far, joined by LF
