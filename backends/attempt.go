@@ -95,6 +95,9 @@ type Outcome struct {
 	// after the first, and the time they took. Zero when not measured.
 	DecodeTokens int
 	Decode       time.Duration
+	// ResponseID is the id of the Responses API response the answer
+	// carried, empty for any other answer.
+	ResponseID string
 }
 
 // Attempt is one request sent to one endpoint. It keeps the endpoint's

@@ -46,6 +46,12 @@ type Config struct {
 	// for session affinity; without it the OpenAI "user" field is used.
 	// Default "X-Session-Id"; must be a valid header name.
 	SessionHeader string `yaml:"session_header"`
+	// StoredResponsesTTL is how long Sluice remembers which backend made
+	// each stored Responses API response (to send the requests that
+	// continue, read or delete it there): in Redis with limits.redis_url,
+	// else in this replica's memory (its newest 200,000). Default 24h
+	// (restart to change).
+	StoredResponsesTTL Duration `yaml:"stored_responses_ttl"`
 	// Admin configures the operator API (restart to change).
 	Admin Admin `yaml:"admin"`
 	// Log configures the router's logs (restart to change).

@@ -165,6 +165,7 @@ func TestParseRejects(t *testing.T) {
 		{"negative body", "max_body_bytes: -1\n" + minimal, []string{"max_body_bytes: must be positive"}},
 		{"bodies in flight below one body", "max_body_bytes: 2048\nmax_body_bytes_in_flight: 1024\n" + minimal, []string{"max_body_bytes_in_flight: must be at least max_body_bytes (2048), got 1024"}},
 		{"negative body read timeout", "body_read_timeout: -1s\n" + minimal, []string{"body_read_timeout: must be positive"}},
+		{"negative stored responses ttl", "stored_responses_ttl: -1h\n" + minimal, []string{"stored_responses_ttl: must be positive"}},
 		{"retries out of range", "upstream:\n  retries: 11\n" + minimal, []string{"upstream.retries"}},
 		{"scrape too often", "scrape:\n  interval: 1ms\n" + minimal, []string{"scrape.interval: must be at least 10ms"}},
 		{"scrape timeout not below interval", "scrape:\n  interval: 50ms\n  timeout: 50ms\n" + minimal, []string{"scrape.timeout: must be positive and below"}},

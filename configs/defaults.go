@@ -120,6 +120,9 @@ func (c *Config) ApplyDefaults() {
 	if c.MaxBodyBytesInFlight == 0 {
 		c.MaxBodyBytesInFlight = max(256<<20, 4*c.MaxBodyBytes)
 	}
+	if c.StoredResponsesTTL == 0 {
+		c.StoredResponsesTTL = Duration(24 * time.Hour)
+	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = Duration(30 * time.Second)
 	}

@@ -58,6 +58,9 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytesInFlight < c.MaxBodyBytes {
 		bad("max_body_bytes_in_flight", "must be at least max_body_bytes (%d), got %d", c.MaxBodyBytes, c.MaxBodyBytesInFlight)
 	}
+	if c.StoredResponsesTTL < 0 {
+		bad("stored_responses_ttl", "must be positive, got %s", c.StoredResponsesTTL.Std())
+	}
 	if c.BodyReadTimeout < 0 {
 		bad("body_read_timeout", "must be positive, got %s", c.BodyReadTimeout.Std())
 	}

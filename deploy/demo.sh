@@ -35,7 +35,7 @@ done
 # leaves Sluice and the others running.
 worker_pids=()
 for spec in 9001:h100-llama3-8b 9002:h100-llama3-8b 9101:l4-llama3-8b 9102:l4-llama3-8b; do
-	"$BIN/gpuworker" --listen "127.0.0.1:${spec%%:*}" --model "$MODEL" --profile "${spec#*:}" & pids+=($!)
+	"$BIN/gpuworker" --listen "127.0.0.1:${spec%%:*}" --model "$MODEL" --profile "${spec#*:}" --store-responses 10000 & pids+=($!)
 	worker_pids+=($!)
 done
 for port in 9001 9002 9101 9102; do

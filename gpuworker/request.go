@@ -33,6 +33,11 @@ type genParams struct {
 	IgnoreEOS           bool           `json:"ignore_eos"`
 	Seed                *int64         `json:"seed"`
 	N                   *int           `json:"n"`
+	// keep, for a Responses API request the worker stores, is its
+	// conversation so far (history and input): the answer joins it.
+	keep []chatMessage `json:"-"`
+	// previous is the Responses API's previous_response_id, "" for none.
+	previous string `json:"-"`
 }
 
 // maxChoices bounds n, as OpenAI's API does.

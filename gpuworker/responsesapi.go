@@ -10,7 +10,8 @@ import (
 
 // OpenAI's Responses API (POST /v1/responses), as vLLM serves it: stateless
 // (vLLM keeps no responses unless its store is turned on, so
-// previous_response_id is refused), one output message per request, the
+// previous_response_id is refused) unless Options.StoreResponses keeps
+// them (responsestore.go), one output message per request, the
 // usage as input_tokens and output_tokens. A streamed response opens with
 // response.created and response.in_progress at once, before any token, as
 // vLLM's does, then sends one response.output_text.delta per token and
@@ -23,6 +24,7 @@ type responseRequest struct {
 	MaxOutputTokens    *int            `json:"max_output_tokens"`
 	Stream             bool            `json:"stream"`
 	PreviousResponseID *string         `json:"previous_response_id"`
+	Store              *bool           `json:"store"`
 	IgnoreEOS          bool            `json:"ignore_eos"` // vLLM's sampling extension, as for chat
 }
 
@@ -37,7 +39,21 @@ type responseInputItem struct {
 // instructions (a system message before them) into the chat prompt the
 // engine runs.
 func (req *responseRequest) prompt() (prompt, error) {
-	var msgs []chatMessage
+	msgs, err := req.messages(nil)
+	if err != nil {
+		return prompt{}, err
+	}
+	p, err := chatPrompt(msgs)
+	if err != nil {
+		return prompt{}, invalidRequest("input", "input must not be empty")
+	}
+	return p, nil
+}
+
+// messages is the conversation the request runs: history (a stored
+// response's), then instructions and input.
+func (req *responseRequest) messages(history []chatMessage) ([]chatMessage, error) {
+	msgs := append([]chatMessage(nil), history...)
 	if req.Instructions != nil && *req.Instructions != "" {
 		b, _ := json.Marshal(*req.Instructions)
 		msgs = append(msgs, chatMessage{Role: "system", Content: b})
@@ -47,23 +63,19 @@ func (req *responseRequest) prompt() (prompt, error) {
 	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
 		e := invalidRequest("input", "input is required")
 		e.code = "missing_required_parameter"
-		return prompt{}, e
+		return nil, e
 	case raw[0] == '"':
 		msgs = append(msgs, chatMessage{Role: "user", Content: raw})
 	default:
 		var items []responseInputItem
 		if err := json.Unmarshal(raw, &items); err != nil {
-			return prompt{}, invalidRequest("input", "input must be a string or an array of input items; found %s", jsonFound(err))
+			return nil, invalidRequest("input", "input must be a string or an array of input items; found %s", jsonFound(err))
 		}
 		for _, it := range items {
 			msgs = append(msgs, chatMessage(it))
 		}
 	}
-	p, err := chatPrompt(msgs)
-	if err != nil {
-		return prompt{}, invalidRequest("input", "input must not be empty")
-	}
-	return p, nil
+	return msgs, nil
 }
 
 // Wire shapes.
@@ -137,11 +149,17 @@ func (w *Worker) handleResponses(rw http.ResponseWriter, r *http.Request) {
 	if !w.readRequest(rw, r, &req, &req.Model) {
 		return
 	}
+	var history []chatMessage
 	if req.PreviousResponseID != nil {
-		// vLLM without its response store: nothing to continue from.
-		writeError(rw, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "previous_response_id",
-			code: "not_found", message: fmt.Sprintf("Response with id '%s' not found: this server keeps no responses.", *req.PreviousResponseID)})
-		return
+		prev, ok := w.stored.get(*req.PreviousResponseID)
+		if !ok {
+			// Never made here, forgotten, or (without a store, as vLLM
+			// by default) nothing is kept to continue from.
+			writeError(rw, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "previous_response_id",
+				code: "not_found", message: fmt.Sprintf("Response with id '%s' not found.", *req.PreviousResponseID)})
+			return
+		}
+		history = prev.messages
 	}
 	maxTokens := defaultChatMaxTokens
 	if req.MaxOutputTokens != nil {
@@ -150,12 +168,23 @@ func (w *Worker) handleResponses(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p, err := req.prompt()
+	msgs, err := req.messages(history)
 	if err != nil {
 		writeError(rw, err)
 		return
 	}
+	p, err := chatPrompt(msgs)
+	if err != nil {
+		writeError(rw, invalidRequest("input", "input must not be empty"))
+		return
+	}
 	params := genParams{Model: req.Model, Stream: req.Stream, IgnoreEOS: req.IgnoreEOS, MaxTokens: req.MaxOutputTokens}
+	if w.stored != nil && (req.Store == nil || *req.Store) {
+		params.keep = msgs
+	}
+	if req.PreviousResponseID != nil {
+		params.previous = *req.PreviousResponseID
+	}
 	w.serveGeneration(rw, r, apiResponses, params, params.specs([]prompt{p}, maxTokens, 1), 1)
 }
 
@@ -165,6 +194,9 @@ func (w *Worker) response(g *generation, c choice, done bool) *responseObject {
 	resp := &responseObject{ID: g.id, Object: "response", CreatedAt: g.created, Status: "in_progress", Model: w.model,
 		MaxOutputTokens: g.params.MaxTokens, Output: []outputMessage{}, ParallelToolCalls: true, Tools: []struct{}{},
 		ToolChoice: "auto"}
+	if g.params.previous != "" {
+		resp.PreviousResponseID = &g.params.previous
+	}
 	if !done {
 		return resp
 	}
@@ -172,9 +204,14 @@ func (w *Worker) response(g *generation, c choice, done bool) *responseObject {
 	if c.finishReason() == finishLength {
 		resp.Status, resp.IncompleteDetails = "incomplete", &incompleteDetails{Reason: "max_output_tokens"}
 	}
-	resp.Output = []outputMessage{outputMessageOf(g, c.text(), "completed")}
+	text := c.text()
+	resp.Output = []outputMessage{outputMessageOf(g, text, "completed")}
 	u := usageOf([]choice{c}, 1)
 	resp.Usage = &responseUsage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+	if g.params.keep != nil {
+		answer, _ := json.Marshal(text)
+		w.stored.put(resp, append(g.params.keep[:len(g.params.keep):len(g.params.keep)], chatMessage{Role: "assistant", Content: answer}))
+	}
 	return resp
 }
 

@@ -73,3 +73,59 @@ func TestResponsesAPI(t *testing.T) {
 	require.True(t, errors.As(err, &apiErr), "%v", err)
 	assert.Equal(t, http.StatusNotFound, apiErr.StatusCode, "no store: nothing to continue from, as vLLM by default")
 }
+
+// TestResponsesAPIStore: with StoreResponses a worker keeps its responses
+// as vLLM's store does: a request continues one (its whole conversation
+// runs again, so its input grows by the last turn's), GET reads it and
+// DELETE forgets it; store: false keeps nothing, and the oldest go past
+// the bound.
+func TestResponsesAPIStore(t *testing.T) {
+	_, srv := startWorker(t, gpuworker.Options{StoreResponses: 2})
+	c := client(srv)
+	ctx := context.Background()
+	turn := func(prev, text string) responses.ResponseNewParams {
+		p := responses.ResponseNewParams{Model: model, MaxOutputTokens: openai.Int(6),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(text)}}
+		if prev != "" {
+			p.PreviousResponseID = openai.String(prev)
+		}
+		return p
+	}
+	first, err := c.Responses.New(ctx, turn("", "Hello there."))
+	require.NoError(t, err)
+	second, err := c.Responses.New(ctx, turn(first.ID, "Hello there."))
+	require.NoError(t, err)
+	assert.Equal(t, first.ID, second.PreviousResponseID)
+	assert.Greater(t, second.Usage.InputTokens, first.Usage.InputTokens+first.Usage.OutputTokens,
+		"the first turn, its answer and the new input")
+
+	got, err := c.Responses.Get(ctx, first.ID, responses.ResponseGetParams{})
+	require.NoError(t, err)
+	assert.Equal(t, first.OutputText(), got.OutputText())
+
+	p := turn("", "Do not keep this.")
+	p.Store = openai.Bool(false)
+	unkept, err := c.Responses.New(ctx, p)
+	require.NoError(t, err)
+	_, err = c.Responses.Get(ctx, unkept.ID, responses.ResponseGetParams{})
+	requireNotFound(t, err)
+
+	require.NoError(t, c.Responses.Delete(ctx, second.ID))
+	_, err = c.Responses.New(ctx, turn(second.ID, "More."))
+	requireNotFound(t, err)
+	requireNotFound(t, c.Responses.Delete(ctx, second.ID))
+
+	for range 2 { // past the bound of two: the first goes
+		_, err = c.Responses.New(ctx, turn("", "Filler."))
+		require.NoError(t, err)
+	}
+	_, err = c.Responses.Get(ctx, first.ID, responses.ResponseGetParams{})
+	requireNotFound(t, err)
+}
+
+func requireNotFound(t *testing.T, err error) {
+	t.Helper()
+	var apiErr *openai.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	assert.Equal(t, http.StatusNotFound, apiErr.StatusCode, apiErr.RawJSON())
+}

@@ -17,6 +17,8 @@ func (w *Worker) routes(reg *prometheus.Registry) http.Handler {
 		r.With(w.injectErrors).Post("/chat/completions", w.handleChat)
 		r.With(w.injectErrors).Post("/completions", w.handleCompletions)
 		r.With(w.injectErrors).Post("/responses", w.handleResponses)
+		r.Get("/responses/{id}", w.handleGetResponse)
+		r.Delete("/responses/{id}", w.handleDeleteResponse)
 		r.Post("/embeddings", w.handleEmbeddings)
 		r.Get("/models", w.handleModels)
 	})

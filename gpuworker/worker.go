@@ -43,6 +43,12 @@ type Options struct {
 	// (Faults.CrashAfter), from the request goroutine that tripped it. It
 	// must not block; cmd/gpuworker closes the worker's server from it.
 	OnCrash func()
+	// StoreResponses keeps the newest this many Responses API responses
+	// (those not sent with store: false), as vLLM does with its response
+	// store on: a request may continue one (previous_response_id), and GET
+	// and DELETE /v1/responses/{id} read and delete it. 0 (the default)
+	// keeps none, as vLLM by default: previous_response_id is a 404.
+	StoreResponses int
 }
 
 // Worker is a simulated OpenAI-compatible inference server: an Engine driven
@@ -66,6 +72,8 @@ type Worker struct {
 	faults atomic.Pointer[faultState]
 	latch  atomic.Pointer[crashLatch]
 	rolls  atomic.Uint64
+
+	stored *responseStore // nil: responses are not kept
 
 	mu        sync.Mutex
 	engine    *Engine
@@ -138,6 +146,12 @@ func New(opts Options) (*Worker, error) {
 		onCrash: opts.OnCrash,
 		engine:  eng,
 		pending: make(map[uint64]pendingRef),
+	}
+	if opts.StoreResponses < 0 {
+		return nil, fmt.Errorf("gpuworker: Options.StoreResponses must not be negative, got %d", opts.StoreResponses)
+	}
+	if opts.StoreResponses > 0 {
+		w.stored = newResponseStore(opts.StoreResponses)
 	}
 	if w.speedup == 0 {
 		w.speedup = 1

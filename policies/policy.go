@@ -47,6 +47,11 @@ type Request struct {
 	// (the answer then says which class served it), else empty.
 	Class       string
 	ServiceTier string
+	// Pin, when set, is the one endpoint the request may run on: it holds
+	// state the request needs (the stored response a Responses API request
+	// continues). The router and the admission queue give the picker only
+	// it; policies need not read it.
+	Pin *backends.Endpoint
 }
 
 // DefaultExpectedOutput is the output length assumed for a request that

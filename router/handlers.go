@@ -48,6 +48,9 @@ func (rt *Router) inference(w http.ResponseWriter, r *http.Request) {
 	defer func() { rt.finish(w, r, &rec, err) }()
 	err = rt.serve(w, r, &rec)
 	rec.returned = true
+	if err == nil {
+		rt.rememberResponse(r.Context(), &rec)
+	}
 	traceFailure(r.Context(), err)
 }
 
@@ -100,17 +103,33 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 			}
 		}()
 	}
-	if fb := rt.fallback(rte, tenant); fb != nil {
+	var pin *backends.Endpoint
+	if r.URL.Path == responsesPath {
+		if req.previousResponse != "" {
+			// It continues a stored response: only the backend that made
+			// it holds it (stored.go).
+			prte, ep, err := rt.previousResponse(r.Context(), req.previousResponse, rte, tenant)
+			if err != nil {
+				return err
+			}
+			if ep != nil {
+				rte, req.model, pin = prte, prte.Pool.Model(), ep
+			}
+		}
+		rec.storeResponse = !req.noStore
+	}
+	if fb := rt.fallback(rte, tenant); fb != nil && pin == nil {
 		rt.metrics.fallbacks.WithLabelValues(req.model, fb.Pool.Model()).Inc()
 		rte, req.model = fb, fb.Pool.Model() // each attempt rewrites "model" to what its backend serves
 	}
+	rec.servedModel = req.model
 	session := r.Header.Get(rt.sessionHeader)
 	if session == "" {
 		session = req.user
 	}
 	preq := policies.Request{Model: req.model, Stream: req.stream, PromptTokens: req.promptTokens,
 		MaxTokens: req.maxTokens, Choices: req.choices, User: req.user, SessionKey: session, PrefixHashes: req.prefix,
-		PrefixChunkTokens: prefixChunk / jsonscan.BytesPerToken}
+		PrefixChunkTokens: prefixChunk / jsonscan.BytesPerToken, Pin: pin}
 	class, err := serviceClass(req.serviceTier, tenant)
 	if err != nil {
 		return err
@@ -360,6 +379,13 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 			if len(tried) > 0 {
 				cands = without(cands, tried)
 			}
+			if pin := preq.Pin; pin != nil {
+				// Only where its stored response is.
+				cands = cands[:0:0]
+				if pin.Available(now) && !slices.Contains(tried, pin) {
+					cands = []*backends.Endpoint{pin}
+				}
+			}
 			if len(cands) == 0 {
 				break
 			}
@@ -378,6 +404,9 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		if b := ep.Breaker(); b != nil {
 			var ok bool
 			if pass, ok = b.Allow(); !ok { // open, or half-open with its probes out
+				if preq.Pin != nil { // nowhere else to go
+					return storeUnavailable(ep, now)
+				}
 				tried = append(tried, ep)
 				retryReason = "breaker_open"
 				continue
@@ -385,7 +414,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		}
 		// A 502, 503 or 429 is turned back (not relayed) while another
 		// attempt may follow; the last attempt relays whatever it gets.
-		if ticket != nil && attempt < rt.retries {
+		if ticket != nil && attempt < rt.retries && preq.Pin == nil {
 			others = rt.another(rte, ep, tried, now)
 		}
 		// The budget is asked before the attempt, and the retry taken only
@@ -567,6 +596,7 @@ func fillOutcome(out *backends.Outcome, m measure.Result) {
 	out.Status = m.Status
 	out.TTFT = m.TTFT
 	out.DecodeTokens, out.Decode = m.Tokens, m.Decode
+	out.ResponseID = m.ResponseID
 	out.PromptTokens, out.CompletionTokens, out.UsageExact = m.PromptTokens, m.CompletionTokens, m.UsageExact
 	if !m.UsageExact {
 		out.CompletionTokens = m.Relayed

@@ -25,6 +25,7 @@ type metrics struct {
 	fallbacks     *prometheus.CounterVec   // model, to
 	admissionWait *prometheus.HistogramVec // model, class
 	shed          *prometheus.CounterVec   // model, class, reason
+	stored        *prometheus.CounterVec   // event
 
 	// codes are the status codes' label values, formatted once so that
 	// recording a request formats nothing.
@@ -126,12 +127,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_admission_shed_total",
 			Help: "Requests the admission queue shed, by model, service class and reason (queue full, waited too long).",
 		}, []string{"model", "class", "reason"}),
+		stored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_stored_responses_total",
+			Help: "The Responses API's stored responses, by event: remembered (which backend made one), pinned (a request continuing or reading one sent to that backend), unknown (an id the index did not hold: routed as any request), index_error (the index did not answer).",
+		}, []string{"event"}),
 	}
 	for c := range m.codes {
 		m.codes[c] = strconv.Itoa(c)
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.overhead, m.attempts, m.tokens, m.retries,
-		m.fallbacks, m.admissionWait, m.shed} {
+		m.fallbacks, m.admissionWait, m.shed, m.stored} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -44,6 +44,11 @@ type parsed struct {
 	// The first byte of the messages, prompt and input members' values
 	// ('[' for an array, '"' for a string...), 0 for a member absent.
 	messagesKind, promptKind, inputKind byte
+	// previousResponse is the Responses API's previous_response_id: the
+	// stored response the request continues, which only the backend that
+	// made it holds. noStore is its store: false (store defaults true).
+	previousResponse string
+	noStore          bool
 }
 
 // maxChoices is the most completions a request may ask for (n), as
@@ -72,6 +77,7 @@ func parseInference(body []byte) (parsed, error) {
 			maxOutput                    *int // the Responses API's max_output_tokens
 			bestOf                       *int
 			opts                         *streamOptions
+			store                        *bool
 		}
 		err                  error
 		messages, promptText []byte
@@ -128,6 +134,10 @@ func parseInference(body []byte) (parsed, error) {
 				err = badRequest("service_tier", "invalid_value", `service_tier must be one of auto, default, flex, priority; got ""`)
 			}
 			decode("service_tier", val, &p.serviceTier)
+		case "previous_response_id":
+			decode("previous_response_id", val, &p.previousResponse)
+		case "store":
+			decode("store", val, &f.store)
 		case "messages":
 			messages, tokens[0] = val, n
 		case "prompt":
@@ -161,6 +171,7 @@ func parseInference(body []byte) (parsed, error) {
 	}
 	p.prefix = prefixHashesOf(messages)
 	p.includeUsage = f.opts != nil && f.opts.IncludeUsage
+	p.noStore = f.store != nil && !*f.store
 	for _, m := range []struct {
 		name string
 		val  *int
@@ -380,7 +391,7 @@ func bodyTooLarge(limit int64) *APIError {
 
 // routingMembers are the members parseInference reads.
 var routingMembers = [...]string{"model", "stream", "max_tokens", "max_completion_tokens", "n", "best_of", "user",
-	"stream_options", "service_tier", "messages", "prompt", "input", "max_output_tokens"}
+	"stream_options", "service_tier", "messages", "prompt", "input", "max_output_tokens", "previous_response_id", "store"}
 
 // checkMember refuses a second routing member of one name, or one whose
 // name is escaped (a backend would read it as that member, Sluice would

@@ -24,6 +24,10 @@ func TestParseInference(t *testing.T) {
 		{"embeddings input", `{"model":"m","input":["abcd","efgh"]}`, parsed{model: "m", choices: 1, promptTokens: 2, inputKind: '['}},
 		{"best_of is what runs", `{"model":"m","n":2,"best_of":8}`, parsed{model: "m", choices: 8, promptTokens: 7}},
 		{"unknown fields pass", `{"model":"m","ignore_eos":true,"logit_bias":{"1":2}}`, parsed{model: "m", choices: 1, promptTokens: 13}},
+		{"a stored response continued", `{"model":"m","input":"abcd","previous_response_id":"resp_1"}`,
+			parsed{model: "m", choices: 1, promptTokens: 1, inputKind: '"', previousResponse: "resp_1"}},
+		{"a response not to store", `{"model":"m","input":"abcd","store":false}`, parsed{model: "m", choices: 1, promptTokens: 1, inputKind: '"', noStore: true}},
+		{"stored by default", `{"model":"m","input":"abcd","store":true,"previous_response_id":null}`, parsed{model: "m", choices: 1, promptTokens: 1, inputKind: '"'}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,6 +167,13 @@ func TestRoutingMembersAreReadOnce(t *testing.T) {
 		{`{"model":"m","ſtream":true}`, "stream", `Invalid parameter name 'ſtream': write 'stream' exactly as that.`},
 		{"{\"model\":\"m\",\"\u017ftream\":true}", "stream", "Invalid parameter name '\u017ftream': write 'stream' exactly as that."}, // the raw letter ſ
 		{`{"model":"m","max_tokens":1,"max_tokens":2000}`, "max_tokens", `Duplicate parameter 'max_tokens': send it once.`},
+		// The stored response a request continues decides where it runs
+		// (and whose it must be): another one must not reach the backend.
+		{`{"model":"m","input":"hi","previous_response_id":"resp_mine","previous_response_id":"resp_theirs"}`, "previous_response_id",
+			`Duplicate parameter 'previous_response_id': send it once.`},
+		{`{"model":"m","input":"hi","previous_response_\u0069d":"resp_theirs"}`, "previous_response_id",
+			`Invalid parameter name 'previous_response_\u0069d': write 'previous_response_id' without escapes.`},
+		{`{"model":"m","input":"hi","st\u006fre":false}`, "store", `Invalid parameter name 'st\u006fre': write 'store' without escapes.`},
 	} {
 		_, err := parseInference([]byte(tt.body))
 		require.Error(t, err, tt.body)

@@ -45,6 +45,12 @@ type requestRecord struct {
 	// returned is set once the pipeline returned; a handler that ends
 	// without it panicked (a whole answer cut short).
 	returned bool
+	// storeResponse: a Responses API request whose response the backend
+	// stores (store not false), whose backend Sluice remembers
+	// (rememberResponse); servedModel is the model whose pool served it
+	// (a fallback's, when one did).
+	storeResponse bool
+	servedModel   string
 }
 
 // ttft is the time from the request's arrival to the first byte of a
@@ -112,8 +118,9 @@ func (rt *Router) logRequest(ctx context.Context, route string, status int, errC
 		{}, // overhead_ms
 		{}, // ttft_ms
 		{}, // error
+		{}, // response_id
 	}
-	n := len(attrs) - 4
+	n := len(attrs) - 5
 	if rec.gated {
 		attrs[n] = slog.Float64("queued_ms", millis(rec.queued))
 		n++
@@ -128,6 +135,10 @@ func (rt *Router) logRequest(ctx context.Context, route string, status int, errC
 	}
 	if errCode != "" {
 		attrs[n] = slog.String("error", errCode)
+		n++
+	}
+	if id := rec.out.ResponseID; id != "" {
+		attrs[n] = slog.String("response_id", id) // a Responses API answer's
 		n++
 	}
 	l.LogAttrs(ctx, slog.LevelInfo, "request", attrs[:n]...)

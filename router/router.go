@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-llm/sluice/router/auth"
 	"github.com/sluice-llm/sluice/router/middleware"
 	"github.com/sluice-llm/sluice/router/proxy"
+	"github.com/sluice-llm/sluice/router/respindex"
 )
 
 // Route is one served model: its backend pool and the policy that picks
@@ -140,7 +141,8 @@ type Options struct {
 	// RequestLog, when set, gets one Info line per inference request
 	// (message "request": request_id, route, tenant, model, class,
 	// backend, status, input_tokens, output_tokens, latency_ms, ttft_ms
-	// for a stream, error for a failure). Default: none.
+	// for a stream, error for a failure, response_id for a Responses API
+	// answer). Default: none.
 	RequestLog *slog.Logger
 	// Metrics is where the router registers its collectors, served on
 	// /metrics. Default: a new private registry.
@@ -175,6 +177,10 @@ type Options struct {
 	// each request first and passes the tenant in its context
 	// (auth.TenantFrom). Default: not served (404).
 	Batch http.Handler
+	// Responses remembers which backend stored each Responses API response
+	// (see stored.go): shared by the replicas when it is in Redis. Default:
+	// an in-process index (respindex.NewMemory with its defaults).
+	Responses respindex.Index
 }
 
 // DefaultSessionHeader is the default Options.SessionHeader.
@@ -208,6 +214,7 @@ type Router struct {
 	relayClock   func() time.Time // the clock of measure.Writer (per relayed write): Options.Now when set
 	created      int64
 	batch        http.Handler
+	responses    respindex.Index
 
 	sessionHeader string // canonical form
 }
@@ -253,6 +260,9 @@ func New(o Options) (*Router, error) {
 	} else {
 		relayClock = o.Now
 	}
+	if o.Responses == nil {
+		o.Responses = respindex.NewMemory(0, 0, o.Now)
+	}
 	if o.SessionHeader == "" {
 		o.SessionHeader = DefaultSessionHeader
 	}
@@ -295,6 +305,7 @@ func New(o Options) (*Router, error) {
 		retryBudget:  newRetryBudget(0.2, 10, 100),
 		bodyWait:     o.BodyReadTimeout,
 		batch:        o.Batch,
+		responses:    o.Responses,
 
 		sessionHeader: textproto.CanonicalMIMEHeaderKey(o.SessionHeader),
 	}
@@ -333,6 +344,14 @@ func allowed(path string) string {
 	switch path {
 	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses":
 		return "POST"
+	}
+	if rest, ok := strings.CutPrefix(path, "/v1/responses/"); ok { // a stored response's
+		switch {
+		case strings.HasSuffix(rest, "/cancel"):
+			return "POST"
+		case !strings.Contains(rest, "/"):
+			return "GET, HEAD, DELETE"
+		}
 	}
 	return "GET, HEAD"
 }
@@ -387,6 +406,11 @@ func (rt *Router) Handler() http.Handler {
 	r.Post("/v1/completions", rt.inference)
 	r.Post("/v1/embeddings", rt.inference)
 	r.Post("/v1/responses", rt.inference)
+	// A stored response lives on the backend that made it (stored.go).
+	r.Get("/v1/responses/{id}", rt.counted("/v1/responses/{id}", rt.storedResponse))
+	r.Delete("/v1/responses/{id}", rt.counted("/v1/responses/{id}", rt.storedResponse))
+	r.Post("/v1/responses/{id}/cancel", rt.counted("/v1/responses/{id}/cancel", rt.storedResponse))
+	r.Get("/v1/responses/{id}/input_items", rt.counted("/v1/responses/{id}/input_items", rt.storedResponse))
 	if rt.batch != nil {
 		for _, p := range []string{"/v1/files", "/v1/files/*", "/v1/batches", "/v1/batches/*"} {
 			r.HandleFunc(p, rt.batchAPI)

@@ -68,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&c.opts.Seed, "seed", 0, "seed for output lengths and texts")
 	fs.BoolVar(&c.listProfiles, "list-profiles", false, "print the profiles (built-in and --profiles) and exit")
 	fs.StringVar(&c.profilesFile, "profiles", "", "YAML file of extra profiles, usable with --profile")
+	fs.IntVar(&c.opts.StoreResponses, "store-responses", 0, "keep the newest this many Responses API responses, for previous_response_id and GET/DELETE /v1/responses/{id} (0: none, as vLLM by default)")
 	fs.StringVar(&c.opts.Dialect, "dialect", gpuworker.DialectVLLM, "metric names on /metrics: vllm, sglang or tgi")
 	fs.Float64Var(&c.opts.Faults.ErrorRate, "error-rate", 0, "fraction of generation requests answered with --error-status at once")
 	fs.IntVar(&c.opts.Faults.ErrorStatus, "error-status", 500, "HTTP status of injected errors (500..599)")

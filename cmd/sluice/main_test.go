@@ -257,7 +257,13 @@ func startWorker(t *testing.T, model string) *httptest.Server {
 // (httptest.NewServer or NewTLSServer) until the test ends.
 func serveWorker(t *testing.T, model string, serve func(http.Handler) *httptest.Server) *httptest.Server {
 	t.Helper()
-	w, err := gpuworker.New(gpuworker.Options{Model: model})
+	return serveWorkerOpts(t, gpuworker.Options{Model: model}, serve)
+}
+
+// serveWorkerOpts is serveWorker for a gpuworker with options o.
+func serveWorkerOpts(t *testing.T, o gpuworker.Options, serve func(http.Handler) *httptest.Server) *httptest.Server {
+	t.Helper()
+	w, err := gpuworker.New(o)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

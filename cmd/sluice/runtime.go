@@ -404,6 +404,7 @@ func restartPending(cfg, started *configs.Config) []string {
 		{"upstream", sameYAML(cfg.Upstream, started.Upstream)},
 		{"scrape", sameYAML(cfg.Scrape, started.Scrape)},
 		{"session_header", cfg.SessionHeader == started.SessionHeader},
+		{"stored_responses_ttl", cfg.StoredResponsesTTL == started.StoredResponsesTTL},
 		{"cors", sameYAML(cfg.CORS, started.CORS)},
 		{"admin", sameYAML(cfg.Admin, started.Admin)},
 		{"log", sameYAML(cfg.Log, started.Log)},

@@ -278,6 +278,9 @@ func runServer(ctx context.Context, o serverOptions) error {
 		defer func() { _ = batches.close() }()
 		ropts.Batch = batches.svc
 	}
+	if ropts.Responses, err = newResponseIndex(cfg, st); err != nil {
+		return err
+	}
 	rt, err := router.New(ropts)
 	if err != nil {
 		return err

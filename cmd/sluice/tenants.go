@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-llm/sluice/policies/quota/memstore"
 	"github.com/sluice-llm/sluice/policies/quota/redisstore"
 	"github.com/sluice-llm/sluice/router/auth"
+	"github.com/sluice-llm/sluice/router/respindex"
 )
 
 // buildTenants turns the config's tenants into the router's directory; no
@@ -203,4 +204,14 @@ type redisLog struct{ log *slog.Logger }
 
 func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis client", "msg_text", fmt.Sprintf(format, v...))
+}
+
+// newResponseIndex is where the router remembers which backend made each
+// stored Responses API response: the limits' Redis, shared by the
+// replicas, when there is one; else this replica's memory.
+func newResponseIndex(c *configs.Config, st limitStore) (respindex.Index, error) {
+	if st.client == nil {
+		return respindex.NewMemory(c.StoredResponsesTTL.Std(), 0, nil), nil
+	}
+	return respindex.NewRedis(st.client, c.Limits.KeyPrefix, c.StoredResponsesTTL.Std())
 }

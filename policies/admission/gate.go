@@ -662,6 +662,14 @@ func (b *bindRate) perSecond(now int64) float64 {
 	return math.Float64frombits(b.last.Load())
 }
 
+// pinOf is routing's Pin, nil for none.
+func pinOf(routing *policies.Request) *backends.Endpoint {
+	if routing == nil {
+		return nil
+	}
+	return routing.Pin
+}
+
 // bindLocked picks an endpoint with room (not in exclude) for r, which
 // arrived at since, takes its slot (in the shared store too, when there is
 // one) and returns it with the lease; ErrNoRoom when none has room,
@@ -695,7 +703,17 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 		}
 		room = append(room, e)
 	}
-	if len(room) > 0 && detour && !batch {
+	if pin := pinOf(routing); pin != nil && slices.Contains(avail, pin) {
+		// Only the pinned endpoint will do: with room elsewhere and none
+		// there, the request is set aside as a detour is, so that those
+		// behind it go meanwhile.
+		had := len(room) > 0
+		room = slices.DeleteFunc(room, func(e *backends.Endpoint) bool { return e != pin })
+		if len(room) == 0 && had && detour {
+			g.scratch = room
+			return nil, "", errPinned
+		}
+	} else if len(room) > 0 && detour && !batch {
 		if d := g.detourLocked(r); d > 0 && !g.tenantAsideLocked(r) {
 			room = g.suitedLocked(room, avail, routing, exclude, d)
 			if len(room) == 0 {
@@ -1018,6 +1036,11 @@ func (g *Gate) heldAboveLocked(r *Request) {
 // errDetour is bindLocked's answer when endpoints have room for r but
 // none suits it (BelowShareDetour, BetterClassDetour): r waits set aside.
 var errDetour = errors.New("admission: no endpoint with room suits the request")
+
+// errPinned is bindLocked's answer when endpoints have room but not the
+// one the request is pinned to (policies.Request.Pin): it waits aside as a
+// detour does, and is not counted as one.
+var errPinned = fmt.Errorf("%w: not the endpoint it is pinned to", errDetour)
 
 // detourLocked is the detour that applies to r (0: none): BelowShareDetour
 // while its tenant is below its share, BetterClassDetour while a worse
@@ -1400,7 +1423,7 @@ func (g *Gate) dispatchLocked() {
 			behind[w.item.lane] = true
 			continue
 		}
-		if errors.Is(err, errDetour) && w.r.Class < NumClasses {
+		if errors.Is(err, errDetour) && !errors.Is(err, errPinned) && w.r.Class < NumClasses {
 			g.counts[w.r.Class].detoured.Add(1)
 		}
 		if errors.Is(err, errDetour) || errors.Is(err, ErrNoRoom) && w.r.Batch && len(g.aside) < MaxBatchAside && g.batchRoomLocked() {

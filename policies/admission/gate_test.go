@@ -1161,3 +1161,48 @@ func TestGateRequestWaitingForAQuickEndpointLeavesAndIsShed(t *testing.T) {
 	assert.Zero(t, g.Waiting())
 	h.Release()
 }
+
+// TestGatePinnedRequestWaitsForItsEndpointAlone: a request pinned to one
+// endpoint (it continues a response stored there) binds there only; while
+// that endpoint is full it waits aside, and requests behind it bind
+// where there is room. A pin to an endpoint out of routing binds as any
+// request.
+func TestGatePinnedRequestWaitsForItsEndpointAlone(t *testing.T) {
+	g, eps := newGate(t, 2, 1, 10)
+	ctx := context.Background()
+	pinned := func(e *backends.Endpoint) admission.Request {
+		r := req(admission.Default, "x")
+		r.Routing = &policies.Request{Model: "m", Pin: e}
+		return r
+	}
+	for range 3 { // whatever the picker's turn
+		a, err := g.Admit(ctx, pinned(eps[1]))
+		require.NoError(t, err)
+		assert.Same(t, eps[1], a.Endpoint())
+		a.Release()
+	}
+	hold, err := g.Admit(ctx, pinned(eps[1]))
+	require.NoError(t, err)
+	b := queued(t, g, ctx, pinned(eps[1]))
+	c, err := g.Admit(ctx, req(admission.Default, "x"))
+	require.NoError(t, err, "not held behind the pinned request")
+	assert.Same(t, eps[0], c.Endpoint())
+	select {
+	case r := <-b:
+		t.Fatalf("the pinned request bound elsewhere: %v %v", r.t.Endpoint(), r.err)
+	default:
+	}
+	hold.Release()
+	r := <-b
+	require.NoError(t, r.err)
+	assert.Same(t, eps[1], r.t.Endpoint())
+	r.t.Release()
+	c.Release()
+
+	eps[1].SetDrained(true)
+	d, err := g.Admit(ctx, pinned(eps[1]))
+	require.NoError(t, err)
+	assert.Same(t, eps[0], d.Endpoint(), "its endpoint is out of routing: anywhere")
+	d.Release()
+	assert.Zero(t, g.Waiting())
+}

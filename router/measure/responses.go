@@ -39,11 +39,13 @@ type respScanner struct {
 
 	usage              bool
 	prompt, completion int
+	id                 string // the response's, from the event ending it
 }
 
 // responseEnd is what a respScanner reads of the event ending a response.
 type responseEnd struct {
 	Response *struct {
+		ID    string `json:"id"`
 		Usage *struct {
 			InputTokens  int `json:"input_tokens"`
 			OutputTokens int `json:"output_tokens"`
@@ -113,8 +115,11 @@ func (s *respScanner) endLine(now time.Time) bool {
 	case "response.completed", "response.incomplete", "response.failed":
 		s.ended = true
 		var end responseEnd
-		if !s.over && json.Unmarshal(s.data, &end) == nil && end.Response != nil && end.Response.Usage != nil {
-			s.usage, s.prompt, s.completion = true, end.Response.Usage.InputTokens, end.Response.Usage.OutputTokens
+		if !s.over && json.Unmarshal(s.data, &end) == nil && end.Response != nil {
+			s.id = end.Response.ID
+			if u := end.Response.Usage; u != nil {
+				s.usage, s.prompt, s.completion = true, u.InputTokens, u.OutputTokens
+			}
 		}
 	default:
 		if bytes.HasSuffix(typ, []byte(".delta")) {
@@ -128,6 +133,37 @@ func (s *respScanner) endLine(now time.Time) bool {
 	}
 	s.data, s.hasData, s.over = s.data[:0], false, false
 	return delta
+}
+
+// maxHead bounds the first bytes of a whole Responses API answer a Writer
+// keeps to read its id from: room for the id after some whitespace.
+const maxHead = 512
+
+// leadingID returns the "id" of a JSON object whose first member it is,
+// as in {"id":"resp_..." (whitespace allowed, as a pretty-printed answer
+// has); empty when the first member is another, or the id holds escapes.
+func leadingID(b []byte) string {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	b, ok := bytes.CutPrefix(b, []byte("{"))
+	if !ok {
+		return ""
+	}
+	b, ok = bytes.CutPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte(`"id"`))
+	if !ok {
+		return ""
+	}
+	b, ok = bytes.CutPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte(":"))
+	if !ok {
+		return ""
+	}
+	b, ok = bytes.CutPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte(`"`))
+	if !ok {
+		return ""
+	}
+	if i := bytes.IndexAny(b, `"\`); i > 0 && b[i] == '"' {
+		return string(b[:i])
+	}
+	return ""
 }
 
 // eventType returns the top-level "type" of an event's data: at once

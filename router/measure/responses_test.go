@@ -49,6 +49,7 @@ func TestWriterMeasuresAResponseStream(t *testing.T) {
 			r := w.Result()
 			assert.True(t, w.ResponseEnded())
 			assert.Equal(t, [3]any{true, 11, 2}, [3]any{r.UsageExact, r.PromptTokens, r.CompletionTokens}, "split %d", split)
+			assert.Equal(t, "resp_1", r.ResponseID, "the completed response's id")
 			assert.Equal(t, 2, r.Relayed, "two deltas")
 			assert.Equal(t, 1, r.Tokens, "one token after the first")
 			delta := strings.Index(body, "response.output_text.delta")
@@ -70,7 +71,39 @@ func TestWriterMeasuresAWholeResponse(t *testing.T) {
 	require.NoError(t, err)
 	r := w.Result()
 	assert.Equal(t, [3]any{true, 11, 2}, [3]any{r.UsageExact, r.PromptTokens, r.CompletionTokens})
+	assert.Equal(t, "resp_1", r.ResponseID)
 	assert.False(t, w.ResponseEnded(), "only a stream ends with an event")
+}
+
+// TestAWholeResponsesIDIsItsFirstMember: the id is read where vLLM,
+// SGLang and OpenAI write it, first, pretty-printed or not; an answer
+// with another member first, or an id with escapes, gives none rather
+// than a wrong one.
+func TestAWholeResponsesIDIsItsFirstMember(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"id":"resp_1","object":"response"}`:                             "resp_1",
+		"\n{\n  \"id\" :  \"resp_abc-9\",\n  \"object\": \"response\"\n}": "resp_abc-9",
+		`{"object":"response","id":"resp_1"}`:                             "",
+		`{"id":"resp_\u0031"}`:                                            "",
+		`{"id":""}`:                                                       "",
+		`{"id":7}`:                                                        "",
+		`[{"id":"resp_1"}]`:                                               "",
+	} {
+		rec := httptest.NewRecorder()
+		w := NewWriter(rec, time.Unix(100, 0), (&clock{t: time.Unix(100, 0)}).now)
+		w.Responses = true
+		w.Header().Set("Content-Type", "application/json")
+		for i := range len(body) { // a byte a Write: the id may arrive in pieces
+			_, err := w.Write([]byte(body[i : i+1]))
+			require.NoError(t, err)
+		}
+		assert.Equal(t, want, w.Result().ResponseID, "%s", body)
+	}
+	rec := httptest.NewRecorder()
+	w := NewWriter(rec, time.Unix(100, 0), nil)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"id":"chatcmpl-1","object":"chat.completion"}`))
+	assert.Empty(t, w.Result().ResponseID, "only a Responses API answer has one")
 }
 
 // TestAResponseStreamWithoutDeltasBeginsAtItsEnd: a response with no

@@ -48,6 +48,11 @@ type Result struct {
 	// ClientFailed is true when a write or flush to the client failed: it
 	// left, or stopped reading past the server's write deadline.
 	ClientFailed bool
+	// ResponseID is, for a Responses API answer (Writer.Responses), the
+	// response's id: a stream's from the event ending it, a whole
+	// answer's from its first member (vLLM, SGLang and OpenAI write "id"
+	// first); empty when neither holds one.
+	ResponseID string
 }
 
 // maxHold bounds the bytes of one event a Writer holds back while stripping;
@@ -70,6 +75,7 @@ type Writer struct {
 
 	sse     sseScanner
 	resp    *respScanner // a Responses API stream's
+	head    []byte       // a whole Responses API answer's first bytes, for its id
 	body    jsonScanner
 	relayed int
 
@@ -176,6 +182,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 			}
 		case w.json:
 			w.body.feed(p[:n])
+			if w.Responses && len(w.head) < maxHead {
+				w.head = append(w.head, p[:min(n, maxHead-len(w.head))]...)
+			}
 		}
 	}
 	return n, err
@@ -358,10 +367,14 @@ func (w *Writer) Result() Result {
 				r.Tokens, r.Decode = s.events-1, s.last.Sub(s.first)
 			}
 			r.PromptTokens, r.CompletionTokens, r.UsageExact = s.prompt, s.completion, s.usage
+			r.ResponseID = s.id
 		}
 		return r
 	}
 	r.PromptTokens, r.CompletionTokens, r.UsageExact = w.body.prompt, w.body.completion, w.body.usage
+	if w.Responses {
+		r.ResponseID = leadingID(w.head)
+	}
 	if w.body.completion > 0 {
 		r.Tokens = w.body.completion
 		r.Decode = w.last.Sub(w.start)

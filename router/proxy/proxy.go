@@ -272,9 +272,15 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// write. Any other type (this was one with its own Close) makes it
 	// flush the headers first, in case the body is slow: two writes and
 	// two segments per request, and the backend reads twice.
-	pr.Out.Body = io.NopCloser(&a.body)
-	pr.Out.ContentLength = int64(len(a.Body)) // the transport writes Content-Length from this, never from the header
-	pr.Out.GetBody = a.getBody
+	if a.Body == nil && pr.In.ContentLength == 0 {
+		// A call with no body (GET or DELETE of a stored response): none
+		// is sent, not an empty one of unknown length (chunked).
+		pr.Out.Body, pr.Out.ContentLength, pr.Out.GetBody = http.NoBody, 0, nil
+	} else {
+		pr.Out.Body = io.NopCloser(&a.body)
+		pr.Out.ContentLength = int64(len(a.Body)) // the transport writes Content-Length from this, never from the header
+		pr.Out.GetBody = a.getBody
+	}
 	h := pr.Out.Header
 	// The client's identity to Sluice, never the backend's business.
 	// Accept-Encoding goes too: the router reads answers' usage, and
