@@ -49,6 +49,9 @@ type parsed struct {
 	// made it holds. noStore is its store: false (store defaults true).
 	previousResponse string
 	noStore          bool
+	// background is the Responses API's background: true (answered at
+	// once, the response made after), which checkRoute refuses.
+	background bool
 }
 
 // maxChoices is the most completions a request may ask for (n), as
@@ -105,7 +108,7 @@ func parseInference(body []byte) (parsed, error) {
 				fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", field, want, got))
 		}
 	}
-	var seen uint16 // the routing members met, by routingMember
+	var seen uint32 // the routing members met, by routingMember
 	valid := jsonscan.ObjectTokens(body, func(key, val []byte, n int) {
 		if err == nil {
 			err = checkMember(key, &seen)
@@ -138,6 +141,8 @@ func parseInference(body []byte) (parsed, error) {
 			decode("previous_response_id", val, &p.previousResponse)
 		case "store":
 			decode("store", val, &f.store)
+		case "background":
+			decode("background", val, &p.background)
 		case "messages":
 			messages, tokens[0] = val, n
 		case "prompt":
@@ -271,6 +276,13 @@ func (p *parsed) checkRoute(path string) error {
 		// history's prefix: the prefix scorer finds where it went.
 		p.prefix = prefixHashesOf(p.input)
 	}
+	if path == responsesPath && p.background {
+		// Answered at once, made after: the request's end would free its
+		// admission slot, its concurrency and its reserved output while
+		// the backend still generates, whose usage no answer brings.
+		return badRequest("background", "unsupported_value",
+			"Background responses are not supported here: Sluice's limits and admission queue hold a response's capacity while its request is open. Send it without background (stream it to follow its progress).")
+	}
 	if path == "/v1/completions" {
 		// Each prompt of a list gets its n (or best_of) completions: 500
 		// prompts with max_tokens 1000 were reserved 1,000 output tokens
@@ -391,12 +403,12 @@ func bodyTooLarge(limit int64) *APIError {
 
 // routingMembers are the members parseInference reads.
 var routingMembers = [...]string{"model", "stream", "max_tokens", "max_completion_tokens", "n", "best_of", "user",
-	"stream_options", "service_tier", "messages", "prompt", "input", "max_output_tokens", "previous_response_id", "store"}
+	"stream_options", "service_tier", "messages", "prompt", "input", "max_output_tokens", "previous_response_id", "store", "background"}
 
 // checkMember refuses a second routing member of one name, or one whose
 // name is escaped (a backend would read it as that member, Sluice would
 // not); seen holds the routing members met so far.
-func checkMember(key []byte, seen *uint16) error {
+func checkMember(key []byte, seen *uint32) error {
 	name := key
 	escaped := bytes.IndexByte(key, '\\') >= 0
 	if escaped {

@@ -174,6 +174,7 @@ func TestRoutingMembersAreReadOnce(t *testing.T) {
 		{`{"model":"m","input":"hi","previous_response_\u0069d":"resp_theirs"}`, "previous_response_id",
 			`Invalid parameter name 'previous_response_\u0069d': write 'previous_response_id' without escapes.`},
 		{`{"model":"m","input":"hi","st\u006fre":false}`, "store", `Invalid parameter name 'st\u006fre': write 'store' without escapes.`},
+		{`{"model":"m","input":"hi","b\u0061ckground":true}`, "background", `Invalid parameter name 'b\u0061ckground': write 'background' without escapes.`},
 	} {
 		_, err := parseInference([]byte(tt.body))
 		require.Error(t, err, tt.body)

@@ -129,6 +129,10 @@ func TestResponsesRequestsAreChecked(t *testing.T) {
 		{`{"model":"` + model + `","input":{"role":"user"}}`, "input", "invalid_type"},
 		{`{"model":"` + model + `","input":"hi","max_output_tokens":0}`, "max_output_tokens", "integer_below_min_value"},
 		{`{"model":"` + model + `","input":"hi","max_output_tokens":5,"max_output_tokens":50000}`, "max_output_tokens", "invalid_value"},
+		// Answered at once and made after: its limits and slot would end
+		// with the answer, its usage never seen.
+		{`{"model":"` + model + `","input":"hi","background":true}`, "background", "unsupported_value"},
+		{`{"model":"` + model + `","input":"hi","previous_response_id":7}`, "previous_response_id", "invalid_type"},
 	} {
 		res, err := http.Post(s.srv.URL+"/v1/responses", "application/json", strings.NewReader(tt.body))
 		require.NoError(t, err)
