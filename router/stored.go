@@ -82,11 +82,15 @@ func (rt *Router) lookupResponse(ctx context.Context, id string, t *auth.Tenant)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), indexTimeout)
 	defer cancel()
 	o, ok, err := rt.responses.Get(ctx, id)
-	switch {
-	case err != nil:
+	if err != nil {
 		rt.metrics.stored.WithLabelValues("index_error").Inc()
-		rt.log.Warn("response index lookup failed; routing as unknown", "err", err)
-		return respindex.Owner{}, foundNone
+		if !ok {
+			rt.log.Warn("response index lookup failed; routing as unknown", "err", err)
+			return respindex.Owner{}, foundNone
+		}
+		rt.log.Warn("response index lookup failed; found in this replica's memory", "err", err)
+	}
+	switch {
 	case !ok:
 		rt.metrics.stored.WithLabelValues("unknown").Inc()
 		return respindex.Owner{}, foundNone

@@ -21,7 +21,8 @@ import (
 // keep their responses. A conversation whose turns alternate between the
 // replicas (as a load balancer in front of them sends them) continues on
 // the worker holding each response, and either replica reads it: the
-// index of where responses live is Redis's, not a replica's.
+// index of where responses live is Redis's, not a replica's. With Redis
+// stopped, a replica finds the responses made through it in its own memory.
 func TestStoredResponsesAcrossReplicasThroughRedis(t *testing.T) {
 	rd := startRedis(t)
 	var backends strings.Builder
@@ -79,4 +80,20 @@ limits:
 		pinned += sampleValue(t, scrapeText(t, a), `sluice_stored_responses_total{event="pinned"}`)
 	}
 	assert.Equal(t, float64(5+6), pinned, "five turns continued, six reads")
+
+	// Redis stops: a conversation through one replica still goes on, from
+	// what that replica keeps in its own memory (limits fail open).
+	rd.stop()
+	prev = ""
+	for i := range 3 {
+		p := responses.ResponseNewParams{Model: "m", MaxOutputTokens: openai.Int(8),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Go on.")}}
+		if prev != "" {
+			p.PreviousResponseID = openai.String(prev)
+		}
+		res, err := clients[0].Responses.New(ctx, p)
+		require.NoError(t, err, "turn %d with Redis down continues %q", i, prev)
+		prev = res.ID
+	}
+	assert.Positive(t, sampleValue(t, scrapeText(t, addrs[0]), `sluice_stored_responses_total{event="index_error"}`))
 }

@@ -208,10 +208,16 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 
 // newResponseIndex is where the router remembers which backend made each
 // stored Responses API response: the limits' Redis, shared by the
-// replicas, when there is one; else this replica's memory.
+// replicas, when there is one, backed by this replica's memory while Redis
+// fails; else this replica's memory alone.
 func newResponseIndex(c *configs.Config, st limitStore) (respindex.Index, error) {
+	local := respindex.NewMemory(c.StoredResponsesTTL.Std(), 0, nil)
 	if st.client == nil {
-		return respindex.NewMemory(c.StoredResponsesTTL.Std(), 0, nil), nil
+		return local, nil
 	}
-	return respindex.NewRedis(st.client, c.Limits.KeyPrefix, c.StoredResponsesTTL.Std())
+	shared, err := respindex.NewRedis(st.client, c.Limits.KeyPrefix, c.StoredResponsesTTL.Std())
+	if err != nil {
+		return nil, err
+	}
+	return &respindex.Fallback{Shared: shared, Local: local}, nil
 }

@@ -7,7 +7,8 @@
 //
 // Contracts: an Index is safe for concurrent use; Get reports a missing or
 // expired id as not found, never as an error; an error means the index
-// could not answer (Redis down), and the caller routes as if unknown.
+// could not answer (Redis down), and the caller routes as if unknown
+// unless the answer came from a Fallback's local memory (ok true).
 package respindex
 
 import (
@@ -37,7 +38,9 @@ type Owner struct {
 type Index interface {
 	// Put records id's owner for the index's time to live.
 	Put(ctx context.Context, id string, o Owner) error
-	// Get returns id's owner; ok is false when the index holds none.
+	// Get returns id's owner; ok is false when the index holds none. With
+	// an error, ok may still be true: a Fallback answered from its local
+	// memory what the shared index could not.
 	Get(ctx context.Context, id string) (o Owner, ok bool, err error)
 	// Delete forgets id.
 	Delete(ctx context.Context, id string) error
@@ -201,4 +204,38 @@ func (r *Redis) Get(ctx context.Context, id string) (Owner, bool, error) {
 // Delete implements Index.
 func (r *Redis) Delete(ctx context.Context, id string) error {
 	return r.c.Del(ctx, r.prefix+id).Err()
+}
+
+// Fallback is an Index over a shared one (Redis) that also keeps what
+// this replica puts in its own memory: while the shared one fails, the
+// responses made through this replica are still found here. Get answers
+// from the shared index when it answers; when it fails, from the local
+// one, with the shared index's error (so the caller can count it).
+type Fallback struct {
+	Shared Index
+	Local  *Memory
+}
+
+// Put implements Index: it puts id in both, and returns the shared
+// index's error.
+func (f *Fallback) Put(ctx context.Context, id string, o Owner) error {
+	_ = f.Local.Put(ctx, id, o)
+	return f.Shared.Put(ctx, id, o)
+}
+
+// Get implements Index.
+func (f *Fallback) Get(ctx context.Context, id string) (Owner, bool, error) {
+	o, ok, err := f.Shared.Get(ctx, id)
+	if err == nil {
+		return o, ok, nil
+	}
+	o, ok, _ = f.Local.Get(ctx, id)
+	return o, ok, err
+}
+
+// Delete implements Index: it deletes id from both, and returns the
+// shared index's error.
+func (f *Fallback) Delete(ctx context.Context, id string) error {
+	_ = f.Local.Delete(ctx, id)
+	return f.Shared.Delete(ctx, id)
 }

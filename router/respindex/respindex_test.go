@@ -110,4 +110,27 @@ func TestRedisIndex(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = rd.Get(ctx, "resp_1")
 	require.Error(t, err)
+
+	// A Fallback over it finds what this replica put while Redis was
+	// down, saying Redis failed; one over the Redis that answers takes
+	// Redis's word.
+	fb := &respindex.Fallback{Shared: rd, Local: respindex.NewMemory(time.Minute, 10, nil)}
+	require.Error(t, fb.Put(ctx, "resp_2", a))
+	got, ok, err = fb.Get(ctx, "resp_2")
+	require.Error(t, err)
+	require.True(t, ok)
+	require.Equal(t, a, got)
+	_, ok, err = fb.Get(ctx, "resp_unknown")
+	require.Error(t, err)
+	require.False(t, ok)
+	require.Error(t, fb.Delete(ctx, "resp_2"))
+	_, ok, _ = fb.Get(ctx, "resp_2")
+	require.False(t, ok)
+
+	up := &respindex.Fallback{Shared: r, Local: respindex.NewMemory(time.Minute, 10, nil)}
+	require.NoError(t, up.Put(ctx, "resp_3", a))
+	require.NoError(t, r.Delete(ctx, "resp_3")) // gone from Redis (another replica deleted it)
+	_, ok, err = up.Get(ctx, "resp_3")
+	require.NoError(t, err)
+	require.False(t, ok, "Redis answered: its word, not this replica's memory")
 }
