@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-llm/sluice/router/measure"
 	"github.com/sluice-llm/sluice/router/middleware"
 	"github.com/sluice-llm/sluice/router/proxy"
+	"github.com/sluice-llm/sluice/router/respindex"
 	"github.com/sluice-llm/sluice/router/usage"
 )
 
@@ -48,9 +49,6 @@ func (rt *Router) inference(w http.ResponseWriter, r *http.Request) {
 	defer func() { rt.finish(w, r, &rec, err) }()
 	err = rt.serve(w, r, &rec)
 	rec.returned = true
-	if err == nil {
-		rt.rememberResponse(r.Context(), &rec)
-	}
 	traceFailure(r.Context(), err)
 }
 
@@ -122,7 +120,6 @@ func (rt *Router) serve(w http.ResponseWriter, r *http.Request, rec *requestReco
 		rt.metrics.fallbacks.WithLabelValues(req.model, fb.Pool.Model()).Inc()
 		rte, req.model = fb, fb.Pool.Model() // each attempt rewrites "model" to what its backend serves
 	}
-	rec.servedModel = req.model
 	session := r.Header.Get(rt.sessionHeader)
 	if session == "" {
 		session = req.user
@@ -351,6 +348,12 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		}
 		return &upstreamError{class: backends.ClassUnreachable}
 	}
+	var remember func(*backends.Endpoint, string) // where the answer's stored response lives (stored.go)
+	if rec.storeResponse {
+		remember = func(ep *backends.Endpoint, id string) {
+			rt.rememberResponse(r.Context(), id, respindex.Owner{Model: preq.Model, Backend: ep.Address(), Tenant: preq.Tenant})
+		}
+	}
 	rt.retryBudget.deposit()
 	for attempt := 0; attempt <= rt.retries; attempt++ {
 		now := rt.now()
@@ -448,7 +451,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 				}
 			}
 		}
-		aerr := rt.attempt(w, r, ep, preq, at, strip, out, pass, ticket, attempt+1, retryReason)
+		aerr := rt.attempt(w, r, ep, preq, at, strip, out, pass, ticket, attempt+1, retryReason, remember)
 		if aerr == nil {
 			return nil
 		}
@@ -498,7 +501,7 @@ const batchFirstByteFactor = 10
 //
 // n numbers the attempt from 1, and retryReason says why the one before
 // did not answer; both are for its span.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, at proxy.Attempt, strip bool, out *backends.Outcome, pass *backends.Pass, ticket *admission.Ticket, n int, retryReason string) (err error) {
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, at proxy.Attempt, strip bool, out *backends.Outcome, pass *backends.Pass, ticket *admission.Ticket, n int, retryReason string, remember func(*backends.Endpoint, string)) (err error) {
 	reqSpan := trace.SpanFromContext(r.Context())
 	ctx, span := rt.startSpan(r.Context(), "upstream", trace.SpanKindClient)
 	if span.IsRecording() {
@@ -518,6 +521,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	mw.StripUsageChunk = strip
 	if r.URL.Path == responsesPath {
 		mw.Responses, at.Ended = true, mw.ResponseEnded
+		if remember != nil {
+			mw.OnResponseID = func(id string) { remember(ep, id) }
+		}
 	}
 	var whole time.Duration // a non-streamed answer's first byte
 	if preq.Stream && ticket != nil {

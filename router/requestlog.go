@@ -47,10 +47,8 @@ type requestRecord struct {
 	returned bool
 	// storeResponse: a Responses API request whose response the backend
 	// stores (store not false), whose backend Sluice remembers
-	// (rememberResponse); servedModel is the model whose pool served it
-	// (a fallback's, when one did).
+	// (rememberResponse).
 	storeResponse bool
-	servedModel   string
 }
 
 // ttft is the time from the request's arrival to the first byte of a

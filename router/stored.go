@@ -116,19 +116,16 @@ func (rt *Router) ownerEndpoint(o respindex.Owner, t *auth.Tenant) (*Route, *bac
 	return nil, nil
 }
 
-// rememberResponse records which backend made the response rec's answer
-// carried, when the request asked it stored; a failure is logged and
-// counted (a later request continuing it is then routed as any other).
-func (rt *Router) rememberResponse(ctx context.Context, rec *requestRecord) {
-	if !rec.storeResponse || rec.out.ResponseID == "" || rec.out.Status/100 != 2 || rec.backend == "" {
-		return
-	}
+// rememberResponse records o as the owner of the stored response id, as
+// soon as the answer shows the id (measure.Writer.OnResponseID): before the
+// client can use the response to continue it. A failure is logged and
+// counted (a request continuing it is then routed as any other).
+func (rt *Router) rememberResponse(ctx context.Context, id string, o respindex.Owner) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), indexTimeout)
 	defer cancel()
-	o := respindex.Owner{Model: rec.servedModel, Backend: rec.backend, Tenant: tenantName(rec.tenant)}
-	if err := rt.responses.Put(ctx, rec.out.ResponseID, o); err != nil {
+	if err := rt.responses.Put(ctx, id, o); err != nil {
 		rt.metrics.stored.WithLabelValues("index_error").Inc()
-		rt.log.Warn("response index write failed", "response_id", rec.out.ResponseID, "backend", rec.backend, "err", err)
+		rt.log.Warn("response index write failed", "response_id", id, "backend", o.Backend, "err", err)
 		return
 	}
 	rt.metrics.stored.WithLabelValues("remembered").Inc()
@@ -164,20 +161,50 @@ func (rt *Router) storedResponse(w http.ResponseWriter, r *http.Request) {
 	}
 	rt.metrics.stored.WithLabelValues("pinned").Inc()
 	mw := measure.NewWriter(w, rt.now(), rt.relayClock)
-	err = rt.proxy.Forward(mw, r, proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), FirstByteTimeout: rte.FirstByteTimeout})
+	var out http.ResponseWriter = mw
+	if r.Method == http.MethodDelete {
+		// Forgotten once the backend accepts, before the client hears it:
+		// a read right after the answer must not find it here.
+		out = &onSuccess{ResponseWriter: mw, do: func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), indexTimeout)
+			defer cancel()
+			if err := rt.responses.Delete(ctx, id); err != nil {
+				rt.metrics.stored.WithLabelValues("index_error").Inc()
+				rt.log.Warn("response index delete failed", "response_id", id, "err", err)
+			}
+		}}
+	}
+	err = rt.proxy.Forward(out, r, proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), FirstByteTimeout: rte.FirstByteTimeout})
 	if err != nil {
 		writeError(w, errorFor(&upstreamError{class: classify(err, mw.Result().Status), err: err}))
-		return
-	}
-	if r.Method == http.MethodDelete && mw.Result().Status/100 == 2 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), indexTimeout)
-		defer cancel()
-		if err := rt.responses.Delete(ctx, id); err != nil {
-			rt.metrics.stored.WithLabelValues("index_error").Inc()
-			rt.log.Warn("response index delete failed", "response_id", id, "err", err)
-		}
 	}
 }
+
+// onSuccess calls do once, when a 2xx status is written, before it is
+// relayed.
+type onSuccess struct {
+	http.ResponseWriter
+	do   func()
+	done bool
+}
+
+func (o *onSuccess) WriteHeader(code int) {
+	if !o.done && code/100 == 2 {
+		o.do()
+	}
+	o.done = o.done || code >= 200
+	o.ResponseWriter.WriteHeader(code)
+}
+
+func (o *onSuccess) Write(p []byte) (int, error) {
+	if !o.done {
+		o.WriteHeader(http.StatusOK)
+	}
+	return o.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the writer beneath.
+func (o *onSuccess) Unwrap() http.ResponseWriter { return o.ResponseWriter }
 
 // storeUnavailable is the 503 for a request whose stored response is on
 // ep, out of routing at now (unreachable, or its breaker open): it names

@@ -122,11 +122,9 @@ func TestStoredResponsesReachTheBackendThatMadeThem(t *testing.T) {
 // request continuing it gets a 503 with the time it returns rather than a
 // backend that never saw it; once it is back, the conversation goes on.
 func TestAStoredResponsesBackendOutOfRoutingIsA503(t *testing.T) {
-	var ws []*worker
 	var urls []string
 	for range 2 {
-		w := startWorkerOpts(t, gpuworker.Options{Model: model, Profile: "instant", StoreResponses: 10})
-		ws, urls = append(ws, w), append(urls, w.srv.URL)
+		urls = append(urls, startWorkerOpts(t, gpuworker.Options{Model: model, Profile: "instant", StoreResponses: 10}).srv.URL)
 	}
 	s := startSluice(t, router.Options{}, routeSpec{model: model, policy: roundrobin.Name, urls: urls})
 	c := s.client(t)
@@ -135,9 +133,12 @@ func TestAStoredResponsesBackendOutOfRoutingIsA503(t *testing.T) {
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Hi.")}})
 	require.NoError(t, err)
 	holder := urls[0]
-	if ws[1].Load().PromptTokens > 0 {
+	if s.endpoints[urls[1]].Requests() > 0 {
 		holder = urls[1]
 	}
+	// The attempt ends after its answer went (and marks its backend
+	// reachable then): held out after that.
+	require.Eventually(t, func() bool { return s.endpoints[holder].InFlight() == 0 }, 5*time.Second, time.Millisecond)
 	s.endpoints[holder].MarkFailed(time.Now(), time.Minute)
 	next := responses.ResponseNewParams{Model: model, MaxOutputTokens: openai.Int(4), PreviousResponseID: openai.String(res.ID),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Again.")}}

@@ -40,6 +40,7 @@ type respScanner struct {
 	usage              bool
 	prompt, completion int
 	id                 string // the response's, from the event ending it
+	createdID          string // the response's, from response.created
 }
 
 // responseEnd is what a respScanner reads of the event ending a response.
@@ -112,6 +113,11 @@ func (s *respScanner) endLine(now time.Time) bool {
 	}
 	delta := false
 	switch typ := eventType(s.data); string(typ) {
+	case "response.created":
+		var created responseEnd // the same shape: {"response":{"id":...}}
+		if !s.over && json.Unmarshal(s.data, &created) == nil && created.Response != nil {
+			s.createdID = created.Response.ID
+		}
 	case "response.completed", "response.incomplete", "response.failed":
 		s.ended = true
 		var end responseEnd
@@ -164,6 +170,21 @@ func leadingID(b []byte) string {
 		return string(b[:i])
 	}
 	return ""
+}
+
+// endingID is the id of the event ending the response when p completes it
+// (its blank line is in p), read by a copy of s that p does not change;
+// empty otherwise. Only a stream whose response.created had no id asks.
+func (s *respScanner) endingID(p []byte) string {
+	if s.createdID != "" || s.ended {
+		return ""
+	}
+	c := respScanner{line: append([]byte(nil), s.line...), data: append([]byte(nil), s.data...), hasData: s.hasData, over: s.over, prevCR: s.prevCR}
+	c.feed(p, time.Time{})
+	if !c.ended {
+		return ""
+	}
+	return c.id
 }
 
 // eventType returns the top-level "type" of an event's data: at once

@@ -166,3 +166,52 @@ func TestAHugeResponseStillEnds(t *testing.T) {
 	assert.False(t, s.usage)
 	assert.LessOrEqual(t, cap(s.data), 2*maxResponseEvent, "held no more than the bound")
 }
+
+// TestTheResponseIDIsAnnouncedBeforeTheClientCanUseIt: OnResponseID runs
+// once, as soon as the id is known and before the client could continue
+// the response: a stream's at its response.created event, long before the
+// event ending it; one whose response.created has no id before the event
+// ending it is relayed whole; a whole answer's before the bytes holding
+// the id; never for an error.
+func TestTheResponseIDIsAnnouncedBeforeTheClientCanUseIt(t *testing.T) {
+	noCreatedID := strings.Replace(responseStream, `"response":{"id":"resp_1","status":"in_progress"`, `"response":{"status":"in_progress"`, 1)
+	whole := `{"id":"resp_1","object":"response","usage":{"input_tokens":1,"output_tokens":1}}`
+	for _, tt := range []struct {
+		name, ct, body string
+		status         int
+		before         int // the relayed bytes when it ran are at most this many
+		called         bool
+	}{
+		{"stream", "text/event-stream", responseStream, 200, len(responseStream) - 1, true},
+		{"stream without a created id", "text/event-stream", noCreatedID, 200, len(noCreatedID) - 1, true},
+		{"whole", "application/json", whole, 200, strings.Index(whole, `resp_1"`) + len("resp_1"), true},
+		{"an error", "application/json", `{"id":"resp_1","error":{"message":"no"}}`, 400, 0, false},
+	} {
+		for split := 1; split <= len(tt.body); split += 7 {
+			rec := httptest.NewRecorder()
+			w := NewWriter(rec, time.Unix(100, 0), (&clock{t: time.Unix(100, 0)}).now)
+			w.Responses = true
+			calls, at := 0, -1
+			w.OnResponseID = func(id string) {
+				calls++
+				at = rec.Body.Len()
+				assert.Equal(t, "resp_1", id, tt.name)
+			}
+			w.Header().Set("Content-Type", tt.ct)
+			w.WriteHeader(tt.status)
+			for i := 0; i < len(tt.body); i += split {
+				_, err := w.Write([]byte(tt.body[i:min(i+split, len(tt.body))]))
+				require.NoError(t, err)
+			}
+			if !tt.called {
+				assert.Zero(t, calls, tt.name)
+				continue
+			}
+			require.Equal(t, 1, calls, "%s, split %d", tt.name, split)
+			assert.LessOrEqual(t, at, tt.before, "%s, split %d: announced before the client could use it", tt.name, split)
+			if tt.name == "stream" && split == 1 {
+				assert.Equal(t, strings.Index(tt.body, "\n\n")+2, at, "right after response.created")
+			}
+		}
+	}
+}

@@ -107,6 +107,16 @@ type Writer struct {
 	// Content-Length header is removed; an encoded (compressed) stream is
 	// not stripped.
 	StripUsageChunk bool
+	// OnResponseID, when set with Responses, is called once with the
+	// response's id as soon as it is known, before the client can use the
+	// response: a stream's from its response.created event, which comes
+	// before any token (else from the event ending it, before that is
+	// relayed), a whole answer's from its first member, before the bytes
+	// that hold it are relayed. Only for a 2xx answer. It runs on the
+	// relaying goroutine: a store round trip there delays the stream's
+	// first event after response.created, while the backend prefills.
+	OnResponseID func(id string)
+	idCalled     bool
 	// Responses, set before the answer starts, says the answer is OpenAI's
 	// Responses API's. Its stream's first token is its first delta event,
 	// not its first byte (the stream opens before the prefill: see
@@ -159,6 +169,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	if w.strip {
 		return w.writeStripping(p)
+	}
+	if w.OnResponseID != nil && !w.idCalled && w.Responses && w.status/100 == 2 {
+		w.announceID(p)
 	}
 	n, err := w.ResponseWriter.Write(p)
 	if err != nil {
@@ -287,10 +300,33 @@ func (w *Writer) emit(b []byte, now time.Time) error {
 // the answer begins at its first delta event, or at the event ending it.
 func (w *Writer) relayResponse(p []byte, now time.Time) {
 	w.relayed += w.resp.feed(p, now)
+	if w.OnResponseID != nil && !w.idCalled && w.resp.createdID != "" {
+		w.idCalled = true
+		w.OnResponseID(w.resp.createdID)
+	}
 	if w.first.IsZero() && (w.resp.events > 0 || w.resp.ended) {
 		w.relayedAt(now)
 	}
 	w.last = now
+}
+
+// announceID calls OnResponseID before p is relayed when the id is known
+// with p: a whole answer's first member, or the id of the event ending a
+// stream that p completes (a stream whose response.created had none).
+func (w *Writer) announceID(p []byte) {
+	id := ""
+	switch {
+	case w.resp != nil:
+		id = w.resp.endingID(p)
+	case w.json:
+		if len(w.head) < maxHead {
+			id = leadingID(append(w.head[:len(w.head):len(w.head)], p[:min(len(p), maxHead-len(w.head))]...))
+		}
+	}
+	if id != "" {
+		w.idCalled = true
+		w.OnResponseID(id)
+	}
 }
 
 // ResponseEnded reports whether a Responses API stream's ending event
