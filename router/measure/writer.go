@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"cmp"
 	"io"
 	"net/http"
 	"strings"
@@ -403,7 +404,7 @@ func (w *Writer) Result() Result {
 				r.Tokens, r.Decode = s.events-1, s.last.Sub(s.first)
 			}
 			r.PromptTokens, r.CompletionTokens, r.UsageExact = s.prompt, s.completion, s.usage
-			r.ResponseID = s.id
+			r.ResponseID = cmp.Or(s.id, s.createdID)
 		}
 		return r
 	}
