@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -208,28 +209,64 @@ func (r *Redis) Delete(ctx context.Context, id string) error {
 
 // Fallback is an Index over a shared one (Redis) that also keeps what
 // this replica puts in its own memory: while the shared one fails, the
-// responses made through this replica are still found here. Get answers
-// from the shared index when it answers; when it fails, from the local
-// one, with the shared index's error (so the caller can count it).
+// responses made through this replica are still found here. A call that
+// finds the shared index failing answers from the local one, with the
+// shared index's error (so the caller can count and log it); for
+// FallbackBackoff after it, calls skip the shared index and answer from
+// the local one without an error, so a Redis that is down costs neither a
+// timeout nor a log line per request.
 type Fallback struct {
 	Shared Index
 	Local  *Memory
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+
+	skipUntil atomic.Int64 // Unix ns: the shared index is skipped until then
+}
+
+// FallbackBackoff is how long a Fallback skips a shared index that failed.
+const FallbackBackoff = time.Second
+
+// shared reports whether the shared index is to be asked now.
+func (f *Fallback) shared() bool { return f.now().UnixNano() >= f.skipUntil.Load() }
+
+// failed notes a shared call's error, if any, and returns it.
+func (f *Fallback) failed(err error) error {
+	if err != nil {
+		f.skipUntil.Store(f.now().Add(FallbackBackoff).UnixNano())
+	}
+	return err
+}
+
+func (f *Fallback) now() time.Time {
+	if f.Now == nil {
+		return time.Now()
+	}
+	return f.Now()
 }
 
 // Put implements Index: it puts id in both, and returns the shared
 // index's error.
 func (f *Fallback) Put(ctx context.Context, id string, o Owner) error {
 	_ = f.Local.Put(ctx, id, o)
-	return f.Shared.Put(ctx, id, o)
+	if !f.shared() {
+		return nil
+	}
+	return f.failed(f.Shared.Put(ctx, id, o))
 }
 
 // Get implements Index.
 func (f *Fallback) Get(ctx context.Context, id string) (Owner, bool, error) {
-	o, ok, err := f.Shared.Get(ctx, id)
-	if err == nil {
-		return o, ok, nil
+	var err error
+	if f.shared() {
+		var o Owner
+		var ok bool
+		if o, ok, err = f.Shared.Get(ctx, id); err == nil {
+			return o, ok, nil
+		}
+		f.failed(err)
 	}
-	o, ok, _ = f.Local.Get(ctx, id)
+	o, ok, _ := f.Local.Get(ctx, id)
 	return o, ok, err
 }
 
@@ -237,5 +274,8 @@ func (f *Fallback) Get(ctx context.Context, id string) (Owner, bool, error) {
 // shared index's error.
 func (f *Fallback) Delete(ctx context.Context, id string) error {
 	_ = f.Local.Delete(ctx, id)
-	return f.Shared.Delete(ctx, id)
+	if !f.shared() {
+		return nil
+	}
+	return f.failed(f.Shared.Delete(ctx, id))
 }

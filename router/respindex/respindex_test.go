@@ -114,16 +114,22 @@ func TestRedisIndex(t *testing.T) {
 	// A Fallback over it finds what this replica put while Redis was
 	// down, saying Redis failed; one over the Redis that answers takes
 	// Redis's word.
-	fb := &respindex.Fallback{Shared: rd, Local: respindex.NewMemory(time.Minute, 10, nil)}
-	require.Error(t, fb.Put(ctx, "resp_2", a))
+	c2 := &clock{t: time.Unix(1_700_000_000, 0)}
+	fb := &respindex.Fallback{Shared: rd, Local: respindex.NewMemory(time.Minute, 10, nil), Now: c2.now}
+	require.Error(t, fb.Put(ctx, "resp_2", a), "Redis failed: said once")
 	got, ok, err = fb.Get(ctx, "resp_2")
-	require.Error(t, err)
+	require.NoError(t, err, "within the backoff Redis is not asked")
 	require.True(t, ok)
 	require.Equal(t, a, got)
+	c2.t = c2.t.Add(respindex.FallbackBackoff)
+	got, ok, err = fb.Get(ctx, "resp_2")
+	require.Error(t, err, "asked again after the backoff, Redis still fails")
+	require.True(t, ok, "and this replica's memory answers")
+	require.Equal(t, a, got)
 	_, ok, err = fb.Get(ctx, "resp_unknown")
-	require.Error(t, err)
+	require.NoError(t, err)
 	require.False(t, ok)
-	require.Error(t, fb.Delete(ctx, "resp_2"))
+	require.NoError(t, fb.Delete(ctx, "resp_2"))
 	_, ok, _ = fb.Get(ctx, "resp_2")
 	require.False(t, ok)
 
