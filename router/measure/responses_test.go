@@ -143,11 +143,21 @@ func FuzzResponseStream(f *testing.F) {
 		m := split.feed(body[:at], t0)
 		m += split.feed(body[at:], t0)
 		if n != m || whole.events != split.events || whole.ended != split.ended ||
-			whole.usage != split.usage || whole.prompt != split.prompt || whole.completion != split.completion {
+			whole.usage != split.usage || whole.prompt != split.prompt || whole.completion != split.completion ||
+			whole.id != split.id || whole.createdID != split.createdID {
 			t.Fatalf("cut at %d: whole %d/%+v, split %d/%+v", at, n, whole, m, split)
 		}
 		if n != whole.events {
 			t.Fatalf("feed returned %d deltas, counted %d", n, whole.events)
+		}
+		// What endingID reads ahead of the rest is what feeding it finds.
+		var head respScanner
+		head.feed(body[:at], t0)
+		if id := head.endingID(body[at:]); id != "" {
+			head.feed(body[at:], t0)
+			if !head.ended || head.id != id {
+				t.Fatalf("endingID %q, but fed: ended %v, id %q", id, head.ended, head.id)
+			}
 		}
 	})
 }
