@@ -365,7 +365,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 			ep = ticket.Endpoint() // admission bound it already
 		case ticket != nil:
 			if err := ticket.Rebind(r.Context(), preq, tried); err != nil {
-				endPick(pick, rte, nil, 0, true)
+				endPick(pick, rte, nil, 0, true, preq.Pin != nil)
 				var shed *admission.ShedError
 				switch {
 				case errors.As(err, &shed): // no room came within its class's wait
@@ -399,7 +399,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 				ep = nil
 			}
 		}
-		endPick(pick, rte, ep, candidates, ticket != nil)
+		endPick(pick, rte, ep, candidates, ticket != nil, preq.Pin != nil)
 		if ep == nil {
 			break
 		}

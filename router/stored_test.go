@@ -126,7 +126,8 @@ func TestAStoredResponsesBackendOutOfRoutingIsA503(t *testing.T) {
 	for range 2 {
 		urls = append(urls, startWorkerOpts(t, gpuworker.Options{Model: model, Profile: "instant", StoreResponses: 10}).srv.URL)
 	}
-	s := startSluice(t, router.Options{}, routeSpec{model: model, policy: roundrobin.Name, urls: urls})
+	rec, tp := recorded(t)
+	s := startSluice(t, router.Options{TracerProvider: tp}, routeSpec{model: model, policy: roundrobin.Name, urls: urls})
 	c := s.client(t)
 	ctx := context.Background()
 	res, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: model, MaxOutputTokens: openai.Int(4),
@@ -152,6 +153,15 @@ func TestAStoredResponsesBackendOutOfRoutingIsA503(t *testing.T) {
 	require.True(t, s.endpoints[holder].MarkHealthy())
 	_, err = c.Responses.New(ctx, next)
 	require.NoError(t, err)
+
+	// Its trace says why it went there: the pick was pinned.
+	var pinned []string
+	for _, sp := range rec.Ended() {
+		if sp.Name() == "pick" && attrs(sp)["sluice.pick.pinned"].AsBool() {
+			pinned = append(pinned, attrs(sp)["sluice.backend"].AsString())
+		}
+	}
+	assert.Equal(t, []string{holder}, pinned, "the continuation's pick alone (the 503 made none)")
 }
 
 // TestAStoredResponseDoesNotChangeTheModel: a request naming another

@@ -42,6 +42,7 @@ const (
 	attrPolicy         = attribute.Key("sluice.policy")
 	attrCandidates     = attribute.Key("sluice.pick.candidates")
 	attrByAdmission    = attribute.Key("sluice.pick.by_admission")
+	attrPinned         = attribute.Key("sluice.pick.pinned")
 	attrLimitDecision  = attribute.Key("sluice.limit.decision")
 	attrLimitDenied    = attribute.Key("sluice.limit.denied")
 	attrLimitRetry     = attribute.Key("sluice.limit.retry_after_ms")
@@ -208,7 +209,7 @@ func endAdmission(span trace.Span, class admission.Class, ticket *admission.Tick
 // endpoints the policy chose from, 0 when the admission gate chose (then
 // byGate is set) and the count is not known here. No policy exposes an
 // endpoint's score, so none is recorded.
-func endPick(span trace.Span, rte *Route, ep *backends.Endpoint, candidates int, byGate bool) {
+func endPick(span trace.Span, rte *Route, ep *backends.Endpoint, candidates int, byGate, pinned bool) {
 	defer span.End()
 	if !span.IsRecording() {
 		return
@@ -223,6 +224,9 @@ func endPick(span trace.Span, rte *Route, ep *backends.Endpoint, candidates int,
 	}
 	if byGate {
 		span.SetAttributes(attrByAdmission.Bool(true))
+	}
+	if pinned { // the backend holding the stored response it continues
+		span.SetAttributes(attrPinned.Bool(true))
 	}
 	if ep == nil {
 		span.SetStatus(codes.Error, "no endpoint")
