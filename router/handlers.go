@@ -348,12 +348,6 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 		}
 		return &upstreamError{class: backends.ClassUnreachable}
 	}
-	var remember func(*backends.Endpoint, string) // where the answer's stored response lives (stored.go)
-	if rec.storeResponse {
-		remember = func(ep *backends.Endpoint, id string) {
-			rt.rememberResponse(r.Context(), id, respindex.Owner{Model: preq.Model, Backend: ep.Address(), Tenant: preq.Tenant})
-		}
-	}
 	rt.retryBudget.deposit()
 	for attempt := 0; attempt <= rt.retries; attempt++ {
 		now := rt.now()
@@ -451,7 +445,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, rte *Route, pr
 				}
 			}
 		}
-		aerr := rt.attempt(w, r, ep, preq, at, strip, out, pass, ticket, attempt+1, retryReason, remember)
+		aerr := rt.attempt(w, r, ep, preq, at, strip, out, pass, ticket, attempt+1, retryReason, rec.storeResponse)
 		if aerr == nil {
 			return nil
 		}
@@ -500,8 +494,9 @@ const batchFirstByteFactor = 10
 // fails with it, so that the caller can try another backend.
 //
 // n numbers the attempt from 1, and retryReason says why the one before
-// did not answer; both are for its span.
-func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, at proxy.Attempt, strip bool, out *backends.Outcome, pass *backends.Pass, ticket *admission.Ticket, n int, retryReason string, remember func(*backends.Endpoint, string)) (err error) {
+// did not answer; both are for its span. store: the answer is a Responses
+// API response its backend stores, whose id Sluice remembers there.
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.Endpoint, preq *policies.Request, at proxy.Attempt, strip bool, out *backends.Outcome, pass *backends.Pass, ticket *admission.Ticket, n int, retryReason string, store bool) (err error) {
 	reqSpan := trace.SpanFromContext(r.Context())
 	ctx, span := rt.startSpan(r.Context(), "upstream", trace.SpanKindClient)
 	if span.IsRecording() {
@@ -521,8 +516,10 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, ep *backends.E
 	mw.StripUsageChunk = strip
 	if r.URL.Path == responsesPath {
 		mw.Responses, at.Ended = true, mw.ResponseEnded
-		if remember != nil {
-			mw.OnResponseID = func(id string) { remember(ep, id) }
+		if store { // where the stored response lives (stored.go)
+			mw.OnResponseID = func(id string) {
+				rt.rememberResponse(r.Context(), id, respindex.Owner{Model: preq.Model, Backend: ep.Address(), Tenant: preq.Tenant})
+			}
 		}
 	}
 	var whole time.Duration // a non-streamed answer's first byte

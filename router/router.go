@@ -509,18 +509,26 @@ func apiRoute(path string) string {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// onOK, when set, is called once, when a 2xx status is written,
+	// before it is relayed.
+	onOK func()
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
 	}
+	if w.onOK != nil && code/100 == 2 {
+		ok := w.onOK
+		w.onOK = nil
+		ok()
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
 }

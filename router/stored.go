@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluice-llm/sluice/backends"
 	"github.com/sluice-llm/sluice/router/auth"
-	"github.com/sluice-llm/sluice/router/measure"
 	"github.com/sluice-llm/sluice/router/proxy"
 	"github.com/sluice-llm/sluice/router/respindex"
 )
@@ -160,51 +159,24 @@ func (rt *Router) storedResponse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.metrics.stored.WithLabelValues("pinned").Inc()
-	mw := measure.NewWriter(w, rt.now(), rt.relayClock)
-	var out http.ResponseWriter = mw
+	sw := &statusWriter{ResponseWriter: w}
 	if r.Method == http.MethodDelete {
 		// Forgotten once the backend accepts, before the client hears it:
 		// a read right after the answer must not find it here.
-		out = &onSuccess{ResponseWriter: mw, do: func() {
+		sw.onOK = func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), indexTimeout)
 			defer cancel()
 			if err := rt.responses.Delete(ctx, id); err != nil {
 				rt.metrics.stored.WithLabelValues("index_error").Inc()
 				rt.log.Warn("response index delete failed", "response_id", id, "err", err)
 			}
-		}}
+		}
 	}
-	err = rt.proxy.Forward(out, r, proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), FirstByteTimeout: rte.FirstByteTimeout})
+	err = rt.proxy.Forward(sw, r, proxy.Attempt{Target: ep.URL(), Authorization: ep.Authorization(), FirstByteTimeout: rte.FirstByteTimeout})
 	if err != nil {
-		writeError(w, errorFor(&upstreamError{class: classify(err, mw.Result().Status), err: err}))
+		writeError(w, errorFor(&upstreamError{class: classify(err, sw.status), err: err}))
 	}
 }
-
-// onSuccess calls do once, when a 2xx status is written, before it is
-// relayed.
-type onSuccess struct {
-	http.ResponseWriter
-	do   func()
-	done bool
-}
-
-func (o *onSuccess) WriteHeader(code int) {
-	if !o.done && code/100 == 2 {
-		o.do()
-	}
-	o.done = o.done || code >= 200
-	o.ResponseWriter.WriteHeader(code)
-}
-
-func (o *onSuccess) Write(p []byte) (int, error) {
-	if !o.done {
-		o.WriteHeader(http.StatusOK)
-	}
-	return o.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach the writer beneath.
-func (o *onSuccess) Unwrap() http.ResponseWriter { return o.ResponseWriter }
 
 // storeUnavailable is the 503 for a request whose stored response is on
 // ep, out of routing at now (unreachable, or its breaker open): it names

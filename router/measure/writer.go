@@ -171,6 +171,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.strip {
 		return w.writeStripping(p)
 	}
+	if w.Responses && w.json && w.status/100 == 2 && len(w.head) < maxHead {
+		w.head = append(w.head, p[:min(len(p), maxHead-len(w.head))]...) // its id, before it is relayed
+	}
 	if w.OnResponseID != nil && !w.idCalled && w.Responses && w.status/100 == 2 {
 		w.announceID(p)
 	}
@@ -196,9 +199,6 @@ func (w *Writer) Write(p []byte) (int, error) {
 			}
 		case w.json:
 			w.body.feed(p[:n])
-			if w.Responses && len(w.head) < maxHead {
-				w.head = append(w.head, p[:min(n, maxHead-len(w.head))]...)
-			}
 		}
 	}
 	return n, err
@@ -320,9 +320,7 @@ func (w *Writer) announceID(p []byte) {
 	case w.resp != nil:
 		id = w.resp.endingID(p)
 	case w.json:
-		if len(w.head) < maxHead {
-			id = leadingID(append(w.head[:len(w.head):len(w.head)], p[:min(len(p), maxHead-len(w.head))]...))
-		}
+		id = leadingID(w.head)
 	}
 	if id != "" {
 		w.idCalled = true
