@@ -211,7 +211,7 @@ func DefaultMaxWait(class string) time.Duration {
 // SetsPromptTokens reports whether the model, or one of its backends, sets
 // max_pending_prompt_tokens: its backends are then bound by those, and
 // max_pending_prefill has no default. Both together measured worse than
-// either alone (README, Benchmarks).
+// either alone (docs/benchmarks.md).
 func (m Model) SetsPromptTokens() bool {
 	return m.Admission.MaxPendingPromptTokens > 0 ||
 		slices.ContainsFunc(m.Backends, func(b Backend) bool { return b.MaxPendingPromptTokens > 0 })

@@ -874,7 +874,7 @@ func (g *Gate) boundsPrefill() bool {
 // and 3: 35ms for flex with 140ms for priority took priority's p99 time
 // to first token at 1.3x capacity from 380 and 364 ms (35ms for both) to
 // 270 and 247 ms, at 0.5x from 295 and 303 to 176 and 170 ms, and flex's
-// median from 25.7 and 27.6 s to 15.6 and 17.2 s (README, Benchmarks).
+// median from 25.7 and 27.6 s to 15.6 and 17.2 s (docs/benchmarks.md).
 func (g *Gate) prefillBound(c Class) time.Duration {
 	if c < NumClasses && g.o.ClassPendingPrefill[c] > 0 {
 		return g.o.ClassPendingPrefill[c]
@@ -1100,7 +1100,7 @@ func (g *Gate) suitedLocked(room, avail []*backends.Endpoint, routing *policies.
 // worst p99 over its run alone in those eight runs 0.88x, 0.81x, 1.02x,
 // 1.02x and 1.16x), reported on seeds 2 and 3: Poisson 0.59x and 0.69x,
 // the trace 1.15x and 0.70x, against 0.60x, 1.28x, 1.15x and 0.72x
-// without it (README, Benchmarks).
+// without it (docs/benchmarks.md).
 const DetourFactor = 3
 
 // DetourLimit is the longest expected time to first token, in seconds, at
@@ -1232,7 +1232,7 @@ var DefaultMaxWait = [NumClasses]time.Duration{
 // reference scheduler's and goodput 0.95-1.17x of it at 0.8 and 0.95 load,
 // priority's p99 1.09-1.15x at 1.3x capacity its value at 0.5x, where
 // with no bound it was 8-10x on Poisson load and 10-13 s on the trace
-// (README, Benchmarks).
+// (docs/benchmarks.md).
 const DefaultMaxPendingPrefill = 500 * time.Millisecond
 
 // DefaultBelowShareDetour is the router's default Options.BelowShareDetour
@@ -1243,7 +1243,7 @@ const DefaultMaxPendingPrefill = 500 * time.Millisecond
 // from 1.62x and 1.14x to 1.12/0.72, 0.89/0.66, 0.92/0.67, 0.98/0.77 and
 // 1.20/0.76; 100ms made it 2-9% worse on Poisson load over 1 H100 and 2
 // L4s, where 250ms left it within 1%), reported on seeds 2 and 3: from
-// 2.27x and 1.44x to 1.61x and 0.86x (README, Benchmarks). Without it the
+// 2.27x and 1.44x to 1.61x and 0.86x (docs/benchmarks.md). Without it the
 // light tenant's long prompts took the L4s that had room, 2-3 s of
 // prefill, while an H100 would have started them within a few hundred ms.
 const DefaultBelowShareDetour = 250 * time.Millisecond
@@ -1267,8 +1267,8 @@ const DefaultWorseClassPrefill = 10 * time.Millisecond
 // 0.90/0.53, 1.10/1.73 and 0.88/0.53: 10ms met the 1.2x target on all four
 // with the most to spare. The heavy tenant's median TTFT on Poisson load
 // went from 8.0 s to 9.9-10.3 s at 1ns-10ms, its requests all served and
-// the fleet's tokens/s within 5%. Reported on seeds 2 and 3 (README,
-// Benchmarks).
+// the fleet's tokens/s within 5%. Reported on seeds 2 and 3
+// (docs/benchmarks.md).
 const DefaultAboveSharePrefill = 10 * time.Millisecond
 
 // DefaultBatchPrefill is Options.BatchPrefill's default; the simulator's
