@@ -52,6 +52,10 @@ type Request struct {
 	// continues). The router and the admission queue give the picker only
 	// it; policies need not read it.
 	Pin *backends.Endpoint
+	// Queued is set by the admission queue when it binds the request to
+	// one of the endpoints with room (late binding): the requests behind
+	// it wait in that queue, in its order, not in the engines' queues.
+	Queued bool
 }
 
 // DefaultExpectedOutput is the output length assumed for a request that

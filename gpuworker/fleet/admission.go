@@ -654,7 +654,7 @@ func (g *gate) bind(id int, now int64) (int, error) {
 	}
 	g.room[replica] = room
 	s.out[id].Held = time.Duration(now - s.arrival[id])
-	w, err := s.pick(id, replica, room)
+	w, err := s.pick(id, replica, room, true)
 	if err != nil || w < 0 {
 		return -1, err
 	}

@@ -345,7 +345,7 @@ func (s *sim) arrive(id int) error {
 		return s.adm.arrive(id, now)
 	}
 	replica := id % len(s.opts.Pickers)
-	w, err := s.pick(id, replica, s.eps[replica])
+	w, err := s.pick(id, replica, s.eps[replica], false)
 	if err != nil || w < 0 {
 		return err
 	}
@@ -356,9 +356,11 @@ func (s *sim) arrive(id int) error {
 
 // pick routes request id with replica's Picker over eps (that replica's
 // endpoints, or some of them) and returns the worker; -1 when the policy
-// found none, which is the request's outcome.
-func (s *sim) pick(id, replica int, eps []*backends.Endpoint) (int, error) {
+// found none, which is the request's outcome. queued says the admission
+// queue binds it (policies.Request.Queued), as the router's gate does.
+func (s *sim) pick(id, replica int, eps []*backends.Endpoint, queued bool) (int, error) {
 	r := &s.reqs[id]
+	s.preq.Queued = queued
 	s.preq.PromptTokens = r.PromptTokens
 	s.preq.MaxTokens = r.OutputTokens
 	s.prefix = PrefixHashes(s.prefix[:0], r.HashIDs, r.PromptTokens, uint64(id))

@@ -732,6 +732,9 @@ func (g *Gate) bindLocked(ctx context.Context, r *Request, since time.Time, excl
 	}
 	var ep *backends.Endpoint
 	lease := ""
+	if routing != nil {
+		routing.Queued = true
+	}
 	for {
 		var err error
 		if ep, err = g.picker.Pick(ctx, routing, room); err != nil {

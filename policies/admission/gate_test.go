@@ -1206,3 +1206,31 @@ func TestGatePinnedRequestWaitsForItsEndpointAlone(t *testing.T) {
 	d.Release()
 	assert.Zero(t, g.Waiting())
 }
+
+// queuedPicker records whether the requests it is asked to place say
+// the admission queue binds them.
+type queuedPicker struct{ queued []bool }
+
+func (p *queuedPicker) Pick(_ context.Context, r *policies.Request, eps []*backends.Endpoint) (*backends.Endpoint, error) {
+	p.queued = append(p.queued, r.Queued)
+	return eps[0], nil
+}
+
+// TestGateTellsThePickerItBindsTheRequest checks that the request the
+// gate gives its picker says the admission queue binds it (the scored
+// policy weighs its load-spreading scorers in full then).
+func TestGateTellsThePickerItBindsTheRequest(t *testing.T) {
+	e, err := backends.NewEndpoint("http://10.0.0.1:8000", 1)
+	require.NoError(t, err)
+	pool, err := backends.NewPool("m", []*backends.Endpoint{e})
+	require.NoError(t, err)
+	picker := &queuedPicker{}
+	g, err := admission.NewGate(pool, picker, admission.Options{Budget: func(*backends.Endpoint) int { return 1 }, QueueSize: 4})
+	require.NoError(t, err)
+	r := req(admission.Default, "a")
+	require.False(t, r.Routing.Queued)
+	tk, err := g.Admit(context.Background(), r)
+	require.NoError(t, err)
+	tk.Release()
+	assert.Equal(t, []bool{true}, picker.queued)
+}

@@ -166,6 +166,8 @@ func TestNewRejectsBadParams(t *testing.T) {
 		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "budget_cap": 0.5}}}, "scorers[0].budget_cap: want >= 1"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "ttft", "max_delay": math.Inf(1)}}}, "scorers[0].max_delay: want seconds"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "queue_depth", "max_delay": 1}}}, "scorers[0]: only the ttft scorer"},
+		{map[string]any{"congested_balance": -0.5}, "congested_balance: want >= 0"},
+		{map[string]any{"congested_balance": math.Inf(1)}, "congested_balance: want >= 0"},
 		{map[string]any{"scorers": []any{map[string]any{"type": "kv_cache", "bias": 3}}}, "bias"},
 		{map[string]any{"picker": "min"}, "picker"},
 		{map[string]any{"tolerance": 2}, "tolerance"},
@@ -345,6 +347,63 @@ func TestTTFTScorerCongested(t *testing.T) {
 	// With congestion set to 0.01 s the same pick packs.
 	p = primed(scorers(map[string]any{"type": "ttft", "congestion": 0.01}))
 	assert.Equal(t, 1, pick(p, 1000, idle))
+}
+
+// TestCongestedBalance checks that in a congested pick the scorers that
+// spread load weigh congested_balance times their weight, so that they no
+// longer overrule the ttft scorer's packing, unless the admission queue
+// binds the request.
+func TestCongestedBalance(t *testing.T) {
+	// Prefill backlogs of 0.5, 2 and 6 s at 10,000 tokens/s; the third
+	// has the longest queue.
+	eps := policytest.Build(t, policytest.Spec{}, policytest.Spec{}, policytest.Spec{InFlight: 10})
+	for i, pending := range []int64{5_000, 20_000, 60_000} {
+		eps[i].ObservePrefill(0, 1000, 100*time.Millisecond)
+		eps[i].BeginPrefill(pending)
+	}
+	pick := func(p policies.Picker, r *policies.Request) int {
+		t.Helper()
+		e, err := p.Pick(context.Background(), r, eps)
+		require.NoError(t, err)
+		return policytest.Index(eps, e)
+	}
+	primed := func(params map[string]any) policies.Picker {
+		p := newBalancer(t, params)
+		_, err := p.Pick(context.Background(), &policies.Request{PromptTokens: 1000}, policytest.Idle(t, 2)) // the mean prompt starts at 1,000 tokens
+		require.NoError(t, err)
+		return p
+	}
+	ttftAndQueue := func(balance any) map[string]any {
+		params := scorers(map[string]any{"type": "ttft", "weight": 2}, map[string]any{"type": "queue_depth"})
+		if balance != nil {
+			params["congested_balance"] = balance
+		}
+		return params
+	}
+	long := &policies.Request{PromptTokens: 5000}
+	// A 5,000-token prompt expects 1, 2.5 and 6.5 s and may start within
+	// 7 s: the packing rates the endpoints 0.57, 0.68 and 0.96, and
+	// prefers the fullest. At weight 2 against the queue's 1, 1 and 0 it
+	// is overruled (2.14, 2.36, 1.93): the second.
+	assert.Equal(t, 1, pick(primed(ttftAndQueue(1.0)), long))
+	// With the default congested_balance, 0.5, the queue counts half
+	// (1.64, 1.86, 1.93): the packing decides.
+	assert.Equal(t, 2, pick(primed(ttftAndQueue(nil)), long))
+	// A request the admission queue binds is scored with full weights.
+	assert.Equal(t, 1, pick(primed(ttftAndQueue(nil)), &policies.Request{PromptTokens: 5000, Queued: true}))
+	// 0 leaves the queue out of congested picks altogether.
+	assert.Equal(t, 2, pick(primed(ttftAndQueue(0.0)), long))
+
+	// Uncongested (the congestion threshold raised past the quickest
+	// start, 1 s), the weights are as configured, whatever
+	// congested_balance says.
+	calm := primed(map[string]any{
+		"scorers":           []any{map[string]any{"type": "ttft", "weight": 2, "congestion": 2.0}, map[string]any{"type": "queue_depth"}},
+		"congested_balance": 0.0,
+	})
+	// Not congested (1 s <= 2 s): ratings (m+1)/(est+1) = 1, 0.57 and
+	// 0.27 at weight 2 plus the queue's 1, 1 and 0: the first.
+	assert.Equal(t, 0, pick(calm, long))
 }
 
 // quickFleet is a fast endpoint (20,000 prompt tokens/s) with a long queue

@@ -57,6 +57,9 @@ type pick struct {
 	prefixDepth int
 	cached      int64
 	session     *backends.Endpoint
+	// damp: the balancing scorers weigh Params.CongestedBalance times
+	// their weight (a congested pick of a request bound on arrival).
+	damp bool
 }
 
 // noop gives scorers the methods they do not need.
@@ -174,6 +177,14 @@ func (s *ttftScorer) finish(p *pick) {
 	p.minTTFT = min(p.minTimed, p.minUntimed/p.meanPrefill)
 }
 
+// packs reports whether the pick is congested, so that rate packs by
+// deadline: the quickest candidate's expected TTFT is over the congestion
+// threshold (and measured: with nothing measured it is tokens, not
+// seconds).
+func (s *ttftScorer) packs(p *pick) bool {
+	return s.slack != 0 && p.minTTFT > s.congestion && p.meanPrompt > 0 && p.pknown > 0
+}
+
 // rate is, uncongested (the quickest candidate's expected TTFT m at most
 // the congestion threshold), (m+1)/(est+1) for a candidate where the
 // request's expected TTFT is est seconds. Congested, the request may start
@@ -194,8 +205,8 @@ func (s *ttftScorer) rate(p *pick, e *backends.Endpoint) float64 {
 	est := expectedTTFT(e, p)
 	m := p.minTTFT
 	x := (m + ttftScale) / (est + ttftScale)
-	if s.slack == 0 || m <= s.congestion || p.meanPrompt <= 0 || p.pknown == 0 {
-		return x // p.pknown == 0: nothing measured, so m is tokens, not seconds
+	if !s.packs(p) {
+		return x
 	}
 	budget := m * min(1+s.slack*float64(p.prompt)/p.meanPrompt, s.budgetCap)
 	if s.maxDelay >= 0 {
