@@ -37,7 +37,7 @@
 //     not the slowest, keeps one endpoint with a wildly long estimate from
 //     flattening everyone else's differences. When even the quickest
 //     expected TTFT is over congestion (default 0.25 s) the pick packs by
-//     deadline instead (see rateTTFT): a request may start up to slack
+//     deadline instead (see ttftScorer.rate): a request may start up to slack
 //     (default 5) times its size over the mean prompt's later than the
 //     quickest start, at most budget_cap (default 7) times the quickest
 //     start and at most max_delay (default 16) seconds after it, and
@@ -178,7 +178,7 @@ type Params struct {
 	QuickestClasses []string `yaml:"quickest_classes"`
 	// CongestedBalance multiplies the weights of the scorers that spread
 	// load (queue_depth, in_flight_tokens and kv_cache) in a congested
-	// pick, one where the ttft scorer packs by deadline (see rateTTFT),
+	// pick, one where the ttft scorer packs by deadline (see ttftScorer.rate),
 	// of a request bound on arrival: those scorers favour the emptiest
 	// endpoint, the packing the fullest within each request's budget, and
 	// at full weight they overrule it and undo what it keeps the short
@@ -357,9 +357,10 @@ func New(params map[string]any) (policies.Picker, error) {
 		if !(sp.Weight > 0) {
 			return nil, fmt.Errorf("params: scorers[%d].weight: want > 0, got %v", i, sp.Weight)
 		}
-		b.scorers = append(b.scorers, weightedScorer{sc, sp.Weight, balancing(sc)})
+		bal := balancing(sc)
+		b.scorers = append(b.scorers, weightedScorer{sc, sp.Weight, bal})
 		b.weightSum += sp.Weight
-		if balancing(sc) {
+		if bal {
 			b.balanceSum += sp.Weight
 		}
 		if t, ok := sc.(*ttftScorer); ok && b.ttft == nil {
